@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's test command: set up, then run the fast test suite (slow tests: add `-m slow`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,30 @@
+"""Shared building blocks, one concern per file."""
+
+from .attention import CausalSelfAttention, check_head_layout, sdpa
+from .cache import ConvState, KVState, LayerState, ModelCache, TensorState
+from .conv import CausalDepthwiseConv1d
+from .masks import AttentionBias, causal_bias, has_padding, position_ids_from_mask
+from .mlp import SwiGLU
+from .norm import RMSNorm
+from .rotary import RotaryEmbedding, apply_rotary, rotate_half
+
+__all__ = [
+    "AttentionBias",
+    "CausalDepthwiseConv1d",
+    "CausalSelfAttention",
+    "ConvState",
+    "KVState",
+    "LayerState",
+    "ModelCache",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "SwiGLU",
+    "TensorState",
+    "apply_rotary",
+    "causal_bias",
+    "check_head_layout",
+    "has_padding",
+    "position_ids_from_mask",
+    "rotate_half",
+    "sdpa",
+]

@@ -1,0 +1,112 @@
+"""Causal multi-head self-attention with GQA/MQA through ``F.scaled_dot_product_attention``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import KVState
+from .masks import AttentionBias
+from .norm import RMSNorm
+from .rotary import apply_rotary
+
+
+def sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: AttentionBias,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """SDPA over ``q [B, H, T, D]`` and ``k, v [B, H_kv, S, D]``; K/V heads are shared by
+    ``H / H_kv`` query heads without being copied (``enable_gqa``)."""
+    return F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=bias.mask,
+        dropout_p=dropout_p,
+        is_causal=bias.is_causal,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
+
+
+def check_head_layout(hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int | None) -> int:
+    """Validate a head layout and return the head dimension."""
+    if num_heads <= 0 or num_kv_heads <= 0:
+        raise ValueError(f"num_attention_heads ({num_heads}) and num_key_value_heads ({num_kv_heads}) must be positive")
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_attention_heads ({num_heads}) must be divisible by num_key_value_heads ({num_kv_heads})"
+        )
+    if head_dim is None:
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_heads})")
+        head_dim = hidden_size // num_heads
+    return head_dim
+
+
+class CausalSelfAttention(nn.Module):
+    """Llama-style attention: projections, RoPE, optional per-head QK RMSNorm, SDPA, output.
+
+    Parameter names follow transformers' ``LlamaAttention`` (``q_proj``, ``k_proj``, ``v_proj``,
+    ``o_proj``; with ``qk_norm`` also ``q_norm``/``k_norm`` as in Qwen3).
+
+    Args:
+        hidden_size: model width ``d``.
+        num_heads: query heads ``H``.
+        num_kv_heads: key/value heads ``H_kv`` (``H % H_kv == 0``; 1 = MQA).
+        head_dim: ``D`` (default ``d // H``).
+        bias: bias on q/k/v projections.
+        qk_norm: RMS-normalise q and k per head before RoPE.
+        eps: epsilon of the QK norms.
+        dropout: attention-probability dropout in training.
+    Shapes:
+        x ``[B, T, d]``; cos/sin ``[B, T, R]`` -> ``[B, T, d]``.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int | None = None,
+        bias: bool = False,
+        qk_norm: bool = False,
+        eps: float = 1e-6,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_head_layout(hidden_size, num_heads, num_kv_heads, head_dim)
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(hidden_size, num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(num_heads * self.head_dim, hidden_size, bias=False)
+        if qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, eps)
+            self.k_norm = RMSNorm(self.head_dim, eps)
+        else:
+            self.q_norm = self.k_norm = nn.Identity()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        bias: AttentionBias,
+        state: KVState | None = None,
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if state is not None:
+            k, v = state.update(k, v)
+        out = sdpa(q, k, v, bias, self.dropout if self.training else 0.0)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))

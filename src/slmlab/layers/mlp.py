@@ -1,0 +1,30 @@
+"""Feed-forward layers."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SwiGLU(nn.Module):
+    """Gated SiLU feed-forward (Shazeer 2020, arXiv:2002.05202).
+
+    ``y = down_proj(silu(gate_proj(x)) * up_proj(x))``; names as in transformers' Llama.
+
+    Args:
+        hidden_size: model width.
+        intermediate_size: inner width.
+        bias: whether the three projections have a bias.
+    Shapes:
+        x ``[B, T, hidden_size]`` -> ``[B, T, hidden_size]``.
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
