@@ -61,15 +61,20 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"partial_rotary_factor={partial_rotary_factor} rotates no channel of head_dim={head_dim}")
         self.rotary_dim = rot
         self.base = float(base)
-        inv_freq = 1.0 / (self.base ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._cos: torch.Tensor | None = None
         self._sin: torch.Tensor | None = None
         self._initial_len = max(int(max_position_embeddings), 1)
 
+    def inv_freq(self, device: torch.device | None = None) -> torch.Tensor:
+        """``θ_j = base^(-2j/R)``, ``j < R/2``, in fp32. Computed on use, never stored as a buffer:
+        transformers' ``from_pretrained`` builds models on the meta device and would leave a
+        non-persistent buffer uninitialised."""
+        idx = torch.arange(0, self.rotary_dim, 2, dtype=torch.float32, device=device)
+        return 1.0 / (self.base ** (idx / self.rotary_dim))
+
     def _build(self, length: int, device: torch.device) -> None:
         t = torch.arange(length, device=device, dtype=torch.float32)
-        freqs = torch.outer(t, self.inv_freq.to(device))
+        freqs = torch.outer(t, self.inv_freq(device))
         emb = torch.cat((freqs, freqs), dim=-1)
         self._cos, self._sin = emb.cos(), emb.sin()
 

@@ -1,0 +1,172 @@
+"""One shared suite every family's test file reuses (transformers' causal_lm_tester pattern).
+
+A family test module subclasses :class:`FamilyTester` and sets ``family`` and ``config_kwargs`` (a
+tiny config); it may override ``forward_kwargs`` for family-specific inputs, and add its own tests.
+Tolerances are fp32-tight (1e-5) everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+import slmlab
+from slmlab.generation import generate
+
+ATOL = 1e-5
+
+
+def left_pad(batch: list[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad 1-D id tensors into ``ids [B, T]`` and ``attention_mask [B, T]``."""
+    t = max(len(x) for x in batch)
+    ids = torch.full((len(batch), t), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), t), dtype=torch.long)
+    for i, x in enumerate(batch):
+        ids[i, t - len(x) :] = x
+        mask[i, t - len(x) :] = 1
+    return ids, mask
+
+
+def decode_stepwise(model, ids, mask=None, prefill=1, **kw):
+    """Prefill ``prefill`` tokens, then feed the rest one at a time; return all logits."""
+    out = model(input_ids=ids[:, :prefill], attention_mask=None if mask is None else mask[:, :prefill], use_cache=True, **kw)
+    logits, cache = [out.logits], out.cache
+    for t in range(prefill, ids.shape[1]):
+        out = model(
+            input_ids=ids[:, t : t + 1],
+            attention_mask=None if mask is None else mask[:, : t + 1],
+            cache=cache,
+            use_cache=True,
+        )
+        logits.append(out.logits)
+        cache = out.cache
+    return torch.cat(logits, dim=1)
+
+
+class FamilyTester:
+    family: str = ""
+    config_kwargs: dict = {}
+    seq_len: int = 12
+
+    # -- hooks -------------------------------------------------------------------------------
+    def make_config(self, **overrides):
+        return slmlab.get_family(self.family).config_class(**{**self.config_kwargs, **overrides})
+
+    def make_model(self, **overrides):
+        torch.manual_seed(0)
+        cfg = self.make_config(**overrides)
+        return slmlab.get_family(self.family).model_class(cfg).eval()
+
+    def forward_kwargs(self, ids: torch.Tensor) -> dict:
+        return {}
+
+    def random_ids(self, model, b=2, t=None):
+        return torch.randint(1, model.config.vocab_size, (b, t or self.seq_len))
+
+    # -- tests -------------------------------------------------------------------------------
+    def test_registered_with_auto_classes(self):
+        model = self.make_model()
+        cfg = AutoConfig.for_model(model.config.model_type, **self.config_kwargs)
+        assert type(cfg) is type(model.config)
+        assert type(AutoModelForCausalLM.from_config(cfg)) is type(model)
+
+    def test_forward_shapes_and_loss(self):
+        model = self.make_model()
+        ids = self.random_ids(model)
+        out = model(input_ids=ids, labels=ids, **self.forward_kwargs(ids))
+        assert out.logits.shape == (*ids.shape, model.config.vocab_size)
+        assert out.loss.ndim == 0 and torch.isfinite(out.loss)
+
+    def test_labels_minus_100_are_ignored(self):
+        model = self.make_model()
+        ids = self.random_ids(model)
+        labels = ids.clone()
+        labels[:, : self.seq_len // 2] = -100
+        out = model(input_ids=ids, labels=labels, **self.forward_kwargs(ids))
+        logits = out.logits[:, self.seq_len // 2 - 1 : -1]
+        ref = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, self.seq_len // 2 :].reshape(-1))
+        torch.testing.assert_close(out.loss, ref, atol=ATOL, rtol=0)
+
+    def test_gradient_reaches_every_parameter(self):
+        model = self.make_model().train()
+        ids = self.random_ids(model)
+        model(input_ids=ids, labels=ids, **self.forward_kwargs(ids)).loss.backward()
+        missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)]
+        assert not missing, f"no gradient for {missing}"
+
+    def test_causality(self):
+        model = self.make_model()
+        ids = self.random_ids(model)
+        cut = self.seq_len // 2
+        other = ids.clone()
+        other[:, cut:] = torch.randint(1, model.config.vocab_size, other[:, cut:].shape)
+        a = model(input_ids=ids, **self.forward_kwargs(ids)).logits[:, :cut]
+        b = model(input_ids=other, **self.forward_kwargs(other)).logits[:, :cut]
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+    @pytest.mark.parametrize("prefill", [1, 5])
+    def test_decode_equals_prefill(self, prefill):
+        model = self.make_model()
+        ids = self.random_ids(model)
+        full = model(input_ids=ids, use_cache=False).logits
+        step = decode_stepwise(model, ids, prefill=prefill)
+        torch.testing.assert_close(step, full, atol=ATOL, rtol=0)
+
+    def test_decode_equals_prefill_left_padded(self):
+        model = self.make_model()
+        rows = [torch.randint(1, model.config.vocab_size, (n,)) for n in (self.seq_len, self.seq_len - 4, self.seq_len - 7)]
+        ids, mask = left_pad(rows)
+        full = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        step = decode_stepwise(model, ids, mask, prefill=self.seq_len - 6)
+        real = mask.bool()
+        torch.testing.assert_close(step[real], full[real], atol=ATOL, rtol=0)
+        # each padded row equals the same sequence run alone, unpadded
+        for i, row in enumerate(rows):
+            alone = model(input_ids=row[None], use_cache=False).logits[0]
+            torch.testing.assert_close(full[i, -len(row) :], alone, atol=ATOL, rtol=0)
+
+    def test_generate_matches_lean_loop(self):
+        model = self.make_model()
+        ids = self.random_ids(model, b=1, t=6)
+        ours = generate(model, ids, 8)
+        hf = model.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+        assert torch.equal(ours, hf)
+        sampled = model.generate(ids, max_new_tokens=4, do_sample=True, top_k=5, min_new_tokens=4)
+        assert sampled.shape == (1, 10)
+
+    def test_bad_token_id_raises(self):
+        model = self.make_model()
+        ids = self.random_ids(model)
+        ids[0, 0] = model.config.vocab_size
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            model(input_ids=ids)
+
+    def test_save_load_round_trip_in_fresh_process(self, tmp_path):
+        model = self.make_model()
+        ids = self.random_ids(model)
+        ref = model(input_ids=ids, **self.forward_kwargs(ids)).logits
+        model.save_pretrained(tmp_path)
+        assert (tmp_path / "model.safetensors").exists()
+        torch.save({"ids": ids, "kw": self.forward_kwargs(ids)}, tmp_path / "inputs.pt")
+        script = textwrap.dedent(
+            f"""
+            import json, torch, slmlab
+            from transformers import AutoModelForCausalLM
+            m = AutoModelForCausalLM.from_pretrained({str(tmp_path)!r}).eval()
+            d = torch.load({str(tmp_path / 'inputs.pt')!r}, weights_only=True)
+            with torch.no_grad():
+                out = m(input_ids=d["ids"], **d["kw"]).logits
+            torch.save(out, {str(tmp_path / 'out.pt')!r})
+            print(json.dumps({{"cls": type(m).__name__}}))
+            """
+        )
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout.strip().splitlines()[-1])["cls"] == type(model).__name__
+        torch.testing.assert_close(torch.load(tmp_path / "out.pt", weights_only=True), ref, atol=ATOL, rtol=0)

@@ -1,0 +1,155 @@
+"""SAGE-Lumen: the shared family suite plus Llama parity, seed parity and the audit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from family_tester import ATOL, FamilyTester, left_pad
+from slmlab.models.lumen import LumenConfig, LumenForCausalLM, audit_parameters, convert_seed_state_dict
+
+
+class TestLumenFamily(FamilyTester):
+    family = "lumen"
+    config_kwargs = dict(vocab_size=97, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_dim=48, max_seq_len=64)
+
+
+def llama_twin(cfg: LumenConfig) -> LlamaForCausalLM:
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.hidden_dim,
+            intermediate_size=cfg.intermediate_dim,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            num_key_value_heads=cfg.num_kv_heads,
+            max_position_embeddings=cfg.max_seq_len,
+            rms_norm_eps=cfg.rms_norm_eps,
+            rope_theta=cfg.rope_theta,
+            tie_word_embeddings=True,
+            attn_implementation="eager",
+        )
+    ).eval()
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+@pytest.mark.parametrize("padded", [False, True])
+def test_parity_with_transformers_llama(kv_heads, padded):
+    cfg = LumenConfig(vocab_size=101, hidden_dim=64, num_layers=2, num_heads=4, num_kv_heads=kv_heads, intermediate_dim=96)
+    torch.manual_seed(0)
+    llama = llama_twin(cfg)
+    ours = LumenForCausalLM(cfg).eval()
+    ours.load_state_dict(llama.state_dict(), strict=True)
+    assert ours.lm_head.weight is ours.model.embed_tokens.weight
+    rows = [torch.randint(0, 101, (n,)) for n in ((10, 10) if not padded else (10, 6))]
+    ids, mask = left_pad(rows)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        ref = llama(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        got = ours(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    real = mask.bool()
+    assert (got[real] - ref[real]).abs().max() <= ATOL
+
+
+def seed_reference_logits(sd: dict, cfg: LumenConfig, ids: torch.Tensor) -> torch.Tensor:
+    """The seed's maths written out independently: pre-norm MQA/GQA + RoPE + SwiGLU, tied head."""
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * w
+
+    b, t = ids.shape
+    h, kvh, d = cfg.num_heads, cfg.num_kv_heads, cfg.hidden_dim // cfg.num_heads
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2).float() / d))
+    ang = torch.outer(torch.arange(t).float(), inv)
+    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+
+    def rope(x):
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    x = sd["embed_tokens.weight"][ids]
+    causal = torch.full((t, t), float("-inf")).triu(1)
+    for i in range(cfg.num_layers):
+        p = f"layers.{i}."
+        a = rms(x, sd[p + "input_layernorm.weight"])
+        q = (a @ sd[p + "attention.q_proj.weight"].T).view(b, t, h, d).transpose(1, 2)
+        k = (a @ sd[p + "attention.k_proj.weight"].T).view(b, t, kvh, d).transpose(1, 2)
+        v = (a @ sd[p + "attention.v_proj.weight"].T).view(b, t, kvh, d).transpose(1, 2)
+        q, k = rope(q), rope(k)
+        k, v = k.repeat_interleave(h // kvh, 1), v.repeat_interleave(h // kvh, 1)
+        att = ((q @ k.transpose(-1, -2)) / d**0.5 + causal).softmax(-1) @ v
+        x = x + att.transpose(1, 2).reshape(b, t, -1) @ sd[p + "attention.o_proj.weight"].T
+        m = rms(x, sd[p + "post_attention_layernorm.weight"])
+        g = torch.nn.functional.silu(m @ sd[p + "mlp.gate_proj.weight"].T) * (m @ sd[p + "mlp.up_proj.weight"].T)
+        x = x + g @ sd[p + "mlp.down_proj.weight"].T
+    return rms(x, sd["norm.weight"]) @ sd["embed_tokens.weight"].T
+
+
+def test_seed_state_dict_converts_and_matches_seed_maths():
+    cfg = LumenConfig(vocab_size=64, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=1, intermediate_dim=40)
+    g = torch.Generator().manual_seed(1)
+    shapes = {"embed_tokens.weight": (64, 32), "norm.weight": (32,)}
+    for i in range(2):
+        p = f"layers.{i}."
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (32,),
+                p + "post_attention_layernorm.weight": (32,),
+                p + "attention.q_proj.weight": (32, 32),
+                p + "attention.k_proj.weight": (8, 32),
+                p + "attention.v_proj.weight": (8, 32),
+                p + "attention.o_proj.weight": (32, 32),
+                p + "mlp.gate_proj.weight": (40, 32),
+                p + "mlp.up_proj.weight": (40, 32),
+                p + "mlp.down_proj.weight": (32, 40),
+            }
+        )
+    sd = {k: torch.randn(s, generator=g) * 0.2 + (1.0 if k.endswith("norm.weight") else 0.0) for k, s in shapes.items()}
+    sd["lm_head.weight"] = sd["embed_tokens.weight"]
+    model = LumenForCausalLM(cfg).eval()
+    model.load_state_dict(convert_seed_state_dict(sd), strict=True)
+    ids = torch.randint(0, 64, (2, 9), generator=g)
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+    ref = seed_reference_logits(sd, cfg, ids)
+    assert (got - ref).abs().max() <= ATOL
+
+
+def test_audit_prints_the_true_budget():
+    rows = audit_parameters(LumenForCausalLM(LumenConfig()))
+    assert rows["Total"] == 2_754_816
+    assert rows["Unique (without embedding table)"] == 2_230_528
+    assert rows["Tied embedding table"] == 2048 * 256
+    assert rows["Final norm"] == 256
+    assert rows["Decoder blocks"] + rows["Final norm"] + rows["Tied embedding table"] == rows["Total"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_heads=4, num_kv_heads=3), "divisible by num_key_value_heads"),
+        (dict(hidden_dim=30, num_heads=4), "hidden_size .30. must be divisible"),
+        (dict(hidden_dim=24, num_heads=8, num_kv_heads=1), "must be even"),
+        (dict(vocab_size=0), "vocab_size must be a positive"),
+    ],
+)
+def test_bad_config_raises(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LumenConfig(**kwargs)
+
+
+def test_bad_inputs_raise_actionable_errors():
+    model = LumenForCausalLM(LumenConfig(vocab_size=50, hidden_dim=32, num_heads=4, intermediate_dim=32, num_layers=1, max_seq_len=16))
+    with pytest.raises(ValueError, match="exceeds max_seq_len=16"):
+        model(input_ids=torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(TypeError, match="integer tensor"):
+        model(input_ids=torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"shape \[batch, seq_len\]"):
+        model(input_ids=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(input_ids=torch.full((1, 4), -1))
+    with pytest.raises(ValueError, match="attention_mask must have shape"):
+        model(input_ids=torch.zeros(1, 4, dtype=torch.long), attention_mask=torch.ones(1, 5))
+    with pytest.raises(ValueError, match="inputs_embeds must have shape"):
+        model(inputs_embeds=torch.zeros(1, 4, 7))
