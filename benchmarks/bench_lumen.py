@@ -1,0 +1,102 @@
+"""SAGE-Lumen vs transformers' LlamaForCausalLM on the same weights (CPU, fp32).
+
+Prints generation tokens/s (our streaming loop vs ``LlamaForCausalLM.generate``: batch 1, 128-token
+prompt, 128 new tokens, greedy) and training tokens/s (forward + backward + AdamW, batch 8 x 256) with
+achieved GFLOP/s against the measured fp32 matmul peak.
+
+    .venv/bin/python benchmarks/bench_lumen.py [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import matmul_peak_gflops, print_table, timeit  # noqa: E402
+
+from slmlab.generation import generate  # noqa: E402
+from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
+
+
+def twins(cfg: LumenConfig) -> tuple[LumenForCausalLM, LlamaForCausalLM]:
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_dim, intermediate_size=cfg.intermediate_dim,
+            num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+            max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
+            tie_word_embeddings=True,
+        )
+    )
+    ours = LumenForCausalLM(cfg)
+    ours.load_state_dict(llama.state_dict(), strict=True)
+    return ours, llama
+
+
+def bench_generation(ours, llama, prompt_len=128, new=128, repeats=3) -> list[dict]:
+    ours.eval(), llama.eval()
+    ids = torch.randint(0, ours.config.vocab_size, (1, prompt_len))
+    ref = llama.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    got = generate(ours, ids, new)
+    assert torch.equal(ref, got), "greedy outputs differ"
+
+    def hf():
+        with torch.inference_mode():
+            llama.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+
+    t_ours = timeit(lambda: generate(ours, ids, new), repeats)
+    t_hf = timeit(hf, repeats)
+    return [
+        {"side": "transformers Llama generate", "tokens/s": new / t_hf, "ratio": 1.0},
+        {"side": "slmlab generate", "tokens/s": new / t_ours, "ratio": t_hf / t_ours},
+    ]
+
+
+def train_flops_per_token(model, seq_len) -> float:
+    cfg = model.config
+    n = sum(p.numel() for p in model.parameters())
+    return 6 * n + 12 * cfg.num_layers * cfg.hidden_dim * seq_len  # 6N + attention (fwd+bwd)
+
+
+def bench_training(ours, llama, batch=8, seq=256, steps=3) -> list[dict]:
+    ids = torch.randint(0, ours.config.vocab_size, (batch, seq))
+    rows = []
+    peak = matmul_peak_gflops()
+    times = {}
+    for name, model in (("transformers Llama", llama), ("slmlab Lumen", ours)):
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+
+        times[name] = timeit(step, repeats=steps, warmup=1)
+    for name, sec in times.items():
+        tps = batch * seq / sec
+        gflops = tps * train_flops_per_token(ours, seq) / 1e9
+        rows.append({"side": name, "tokens/s": tps, "ratio": times["transformers Llama"] / sec,
+                     "GFLOP/s": gflops, "% of matmul peak": 100 * gflops / peak})
+    print(f"\nmeasured fp32 matmul peak: {peak:,.1f} GFLOP/s (1024^3 GEMM, {torch.get_num_threads()} threads)")
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    ours, llama = twins(LumenConfig())
+    print_table(bench_generation(ours, llama, repeats=args.repeats), "Generation, batch 1, prompt 128, 128 new tokens, greedy (target ratio >= 5)")
+    print_table(bench_training(ours, llama, steps=args.repeats), "Training step, batch 8 x 256, AdamW (target ratio >= 1.1)")
+
+
+if __name__ == "__main__":
+    main()
