@@ -1,0 +1,78 @@
+"""MLP activations of NeoLLM.
+
+xIELU (Huang & Schlag, "Deriving Activation Functions Using Integration", arXiv 2411.13010):
+``f(x) = α_p x² + β x`` for ``x > 0`` and ``α_n (expm1(min(x, ε)) − x) + β x`` otherwise, with
+``α_p = softplus(a_p)``, ``α_n = β + softplus(a_n)``, ``β = 0.5`` and ``ε = −1e-6`` fixed. Same formula
+as transformers' ``XIELUActivation`` (tested against it), but the two trainable scalars are created
+and evaluated in fp32 regardless of the model dtype (transformers' class defaults to bf16).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.activations import ACT2FN
+
+
+def _inverse_softplus(y: float) -> float:
+    return math.log(math.expm1(y))
+
+
+class XIELU(nn.Module):
+    """Trainable xIELU with fp32 scalars ``a_p``, ``a_n`` (2 parameters per instance).
+
+    Args:
+        alpha_p_init: initial ``α_p`` (0.8).
+        alpha_n_init: initial ``α_n`` (0.8; stored as ``a_n = softplus⁻¹(α_n − β)``).
+        beta: the fixed linear slope ``β`` (0.5).
+        eps: the fixed clamp ``ε`` of the negative branch (−1e-6).
+    Shapes:
+        x ``[...]`` -> same shape and dtype (computed in fp32).
+    Reference values at init: f(2) = 4.2, f(1) = 1.3, f(−1) = −0.2057.
+    """
+
+    def __init__(self, alpha_p_init: float = 0.8, alpha_n_init: float = 0.8, beta: float = 0.5, eps: float = -1e-6) -> None:
+        super().__init__()
+        if alpha_n_init <= beta:
+            raise ValueError(f"alpha_n_init must exceed beta={beta}, got {alpha_n_init}")
+        self.alpha_p_init, self.alpha_n_init = float(alpha_p_init), float(alpha_n_init)
+        self.beta, self.eps = float(beta), float(eps)
+        self.alpha_p = nn.Parameter(torch.tensor([_inverse_softplus(self.alpha_p_init)], dtype=torch.float32))
+        self.alpha_n = nn.Parameter(torch.tensor([_inverse_softplus(self.alpha_n_init - self.beta)], dtype=torch.float32))
+
+    def reset_parameters_with(self, init_module) -> None:
+        """Restore the init values through ``transformers.initialization`` (respects loaded weights)."""
+        init_module.constant_(self.alpha_p, _inverse_softplus(self.alpha_p_init))
+        init_module.constant_(self.alpha_n, _inverse_softplus(self.alpha_n_init - self.beta))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        alpha_p = F.softplus(self.alpha_p.float())
+        alpha_n = self.beta + F.softplus(self.alpha_n.float())
+        positive = alpha_p * x * x + self.beta * x
+        negative = alpha_n * (torch.expm1(x.clamp(max=self.eps)) - x) + self.beta * x
+        return torch.where(x > 0, positive, negative).to(dtype)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, eps={self.eps}"
+
+
+def make_activation(hidden_act: str, polynorm_exclusive: bool = False) -> nn.Module:
+    """The MLP gate activation: a fresh :class:`XIELU` per call for ``"xielu"``, otherwise the
+    transformers activation of that name.
+
+    Args:
+        hidden_act: ``config.hidden_act``.
+        polynorm_exclusive: PolyNorm as the exclusive nonlinearity (residual spec §7.4).
+    """
+    if polynorm_exclusive:
+        raise NotImplementedError("polynorm_exclusive=True is not built yet: it arrives with NeoLLM part 2/3")
+    if hidden_act == "xielu":
+        return XIELU()
+    if hidden_act not in ACT2FN:
+        raise ValueError(f"hidden_act={hidden_act!r} is not a known activation; use 'xielu' or one of transformers' ACT2FN")
+    return ACT2FN[hidden_act]

@@ -1,0 +1,90 @@
+"""Learnable Multipliers (Velikanov et al., "Learnable Multipliers: Freeing the Scale of Language
+Model Matrix Layers", arXiv 2601.04890).
+
+``W_eff = diag(r) · W · diag(c)``, i.e. ``y = r ⊙ ((x ⊙ c) Wᵀ) + b``: the matrix ``W`` keeps its
+ordinary init and weight decay while the learnable row/column scales ``r``/``c`` (init 1, meant to be
+kept in fp32 and out of weight decay) carry the layer's scale. At init the layer equals ``nn.Linear``
+with the same ``W``. Parameter names ``row_multiplier`` / ``col_multiplier`` let an optimiser group
+them apart.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RowMultipliedLinear(nn.Linear):
+    """``y = r ⊙ (x Wᵀ) + b`` with a learnable row (output-channel) multiplier ``r`` init 1.
+
+    Args:
+        in_features / out_features: as ``nn.Linear``.
+        bias: add a bias after the row scale.
+    Shapes:
+        x ``[..., in_features]`` -> ``[..., out_features]``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.row_multiplier = nn.Parameter(torch.ones(out_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight) * self.row_multiplier.to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+    def reset_multipliers(self, init_module) -> None:
+        """Set every multiplier to 1 with ``init_module`` (``transformers.initialization``)."""
+        init_module.ones_(self.row_multiplier)
+
+    @torch.no_grad()
+    def fold_multipliers(self) -> None:
+        """Write ``diag(r)·W`` into ``W`` and reset ``r`` to 1 (same outputs; for inference)."""
+        self.weight.mul_(self.row_multiplier.to(self.weight.dtype)[:, None])
+        self.row_multiplier.fill_(1.0)
+
+
+class RowColMultipliedLinear(RowMultipliedLinear):
+    """``y = r ⊙ ((x ⊙ c) Wᵀ) + b`` with row ``r`` and column (input-channel) ``c`` multipliers, init 1.
+
+    Args:
+        in_features / out_features: as ``nn.Linear``.
+        bias: add a bias after the row scale.
+    Shapes:
+        x ``[..., in_features]`` -> ``[..., out_features]``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.col_multiplier = nn.Parameter(torch.ones(in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x * self.col_multiplier.to(x.dtype))
+
+    def reset_multipliers(self, init_module) -> None:
+        super().reset_multipliers(init_module)
+        init_module.ones_(self.col_multiplier)
+
+    @torch.no_grad()
+    def fold_multipliers(self) -> None:
+        self.weight.mul_(self.col_multiplier.to(self.weight.dtype)[None, :])
+        self.col_multiplier.fill_(1.0)
+        super().fold_multipliers()
+
+
+def multiplied_linear(
+    in_features: int, out_features: int, *, row: bool, col: bool = False, enabled: bool = True, bias: bool = False
+) -> nn.Linear:
+    """The factory the blocks use: a plain ``nn.Linear`` (state-dict key ``weight`` only) when the
+    multipliers are disabled or not placed on this layer, otherwise the multiplied variant.
+
+    Args:
+        row / col: place row / column multipliers on this projection (``col`` needs ``row``).
+        enabled: ``config.use_learnable_multipliers``.
+    """
+    if col and not row:
+        raise ValueError("a column multiplier is only placed together with a row multiplier (row=True)")
+    if not enabled or not row:
+        return nn.Linear(in_features, out_features, bias=bias)
+    cls = RowColMultipliedLinear if col else RowMultipliedLinear
+    return cls(in_features, out_features, bias=bias)
