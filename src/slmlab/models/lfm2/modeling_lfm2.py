@@ -1,0 +1,404 @@
+"""LFM2Small (seed 004): the LFM2 backbone as a transformers causal LM.
+
+LFM2 (Liquid AI, "LFM2 Technical Report", arXiv:2511.23404) interleaves *gated short
+convolutions* with grouped-query attention whose queries and keys are RMS-normalised per head;
+every block is pre-norm with a SwiGLU feed-forward, and the stack ends with ``embedding_norm``.
+
+Parameter names equal those of transformers' ``Lfm2ForCausalLM`` (and the seed's ``LFM2Small``
+backbone), so their state_dicts load with ``strict=True`` for the equivalent config (see
+:mod:`.convert` for the config mapping). :class:`Lfm2SmallBackbone` is the stack without token
+embeddings (``inputs_embeds`` in, normalised hidden states out) for encoders that embed their own
+inputs; :class:`Lfm2SmallModel` adds ``embed_tokens``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from ...layers import (
+    AttentionBias,
+    CausalDepthwiseConv1d,
+    ConvState,
+    KVState,
+    LayerState,
+    ModelCache,
+    RMSNorm,
+    RotaryEmbedding,
+    apply_rotary,
+    sdpa,
+)
+from ...layers.masks import causal_bias, has_padding, position_ids_from_mask
+from ..base import (
+    SLMPreTrainedModel,
+    causal_lm_loss,
+    resolve_cache_arg,
+    validate_embeds,
+    validate_input_ids,
+    validate_length,
+)
+from .configuration_lfm2 import Lfm2SmallConfig
+
+
+@dataclass
+class MixerInputs:
+    """What the token mixers of one forward share, built once per forward.
+
+    Args:
+        cos, sin: RoPE tables ``[B, T, D]`` for the current tokens (attention layers).
+        bias: the causal/padding bias of the attention layers.
+        conv_mask: ``[B, T, 1]`` 1/0 for real/padded current tokens, ``None`` without padding
+            (conv layers zero padded inputs with it so padding never enters the conv state).
+    """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    bias: AttentionBias
+    conv_mask: torch.Tensor | None
+
+
+class Lfm2ShortConv(nn.Module):
+    """Gated short convolution of LFM2: ``y = out_proj(C ⊙ conv_K(B ⊙ x))`` with
+    ``[B, C, x] = in_proj(h)`` and ``conv_K`` a causal depthwise convolution of kernel ``K``.
+
+    Inputs of the convolution at padded positions are zeroed. With a :class:`ConvState` the
+    layer streams: a one-token step costs O(K · d), whatever the context length.
+
+    Args:
+        hidden_size: ``d``.
+        kernel_size: ``K``.
+        bias: biases on ``in_proj``, ``conv`` and ``out_proj`` (LFM2's ``conv_bias``).
+    Shapes:
+        x ``[B, T, d]``; conv_mask ``[B, T, 1]`` or ``None`` -> ``[B, T, d]``.
+    """
+
+    def __init__(self, hidden_size: int, kernel_size: int, bias: bool = False) -> None:
+        super().__init__()
+        self.in_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
+        self.conv = CausalDepthwiseConv1d(hidden_size, kernel_size, bias=bias)
+        self.out_proj = nn.Linear(hidden_size, hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor, conv_mask: torch.Tensor | None, state: ConvState | None = None) -> torch.Tensor:
+        b_gate, c_gate, u = self.in_proj(x).chunk(3, dim=-1)
+        u = b_gate * u
+        if conv_mask is not None:
+            u = u * conv_mask
+        y = self.conv(u.transpose(1, 2), state).transpose(1, 2)
+        return self.out_proj(c_gate * y)
+
+
+class Lfm2Attention(nn.Module):
+    """GQA self-attention with per-head QK RMSNorm before RoPE (LFM2; QK-norm as in
+    Dehghani et al. 2023, arXiv:2302.05442): ``softmax(RoPE(n_q(q)) RoPE(n_k(k))^T / sqrt(D)) v``.
+
+    Key/value heads are shared by ``H / H_kv`` query heads without copies (``enable_gqa``).
+
+    Args:
+        hidden_size: ``d``.
+        num_heads: ``H``.
+        num_kv_heads: ``H_kv`` (divides ``H``).
+        head_dim: ``D``.
+        eps: epsilon of the QK norms.
+    Shapes:
+        x ``[B, T, d]``; cos/sin ``[B, T, D]`` -> ``[B, T, d]``.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, eps: float) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=False)
+        self.out_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
+        self.q_layernorm = RMSNorm(head_dim, eps)
+        self.k_layernorm = RMSNorm(head_dim, eps)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: AttentionBias, state: KVState | None = None
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_layernorm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_layernorm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if state is not None:
+            k, v = state.update(k, v)
+        out = sdpa(q, k, v, bias)
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class Lfm2MLP(nn.Module):
+    """SwiGLU (Shazeer 2020, arXiv:2002.05202) with LFM2's names: ``w2(silu(w1 x) ⊙ w3 x)``.
+
+    Args:
+        hidden_size: ``d``.
+        intermediate_size: the (already auto-adjusted) inner width.
+    Shapes:
+        x ``[B, T, d]`` -> ``[B, T, d]``.
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.w3 = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.w2 = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Lfm2DecoderLayer(nn.Module, ABC):
+    """Pre-norm block: ``h = x + mix(operator_norm(x))``, ``y = h + feed_forward(ffn_norm(h))``.
+
+    Subclasses choose the token mixer (``conv`` or ``self_attn``) and its cache state; which
+    subclass a layer is comes from ``config.layer_order`` (see :data:`LAYER_CLASSES`).
+    """
+
+    def __init__(self, config: Lfm2SmallConfig) -> None:
+        super().__init__()
+        self.operator_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.feed_forward = Lfm2MLP(config.hidden_size, config.effective_intermediate_size)
+
+    @abstractmethod
+    def mix(self, x: torch.Tensor, inputs: MixerInputs, state: LayerState | None) -> torch.Tensor:
+        """The token mixer on the normalised input ``[B, T, d]``, updating ``state`` when given."""
+
+    def forward(self, x: torch.Tensor, inputs: MixerInputs, state: LayerState | None = None) -> torch.Tensor:
+        x = x + self.mix(self.operator_norm(x), inputs, state)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Lfm2ConvDecoderLayer(Lfm2DecoderLayer):
+    """A block whose mixer is the gated short convolution; its cache state is a :class:`ConvState`."""
+
+    state_class = ConvState
+
+    def __init__(self, config: Lfm2SmallConfig) -> None:
+        super().__init__(config)
+        self.conv = Lfm2ShortConv(config.hidden_size, config.conv_kernel_size, config.conv_bias)
+
+    def mix(self, x: torch.Tensor, inputs: MixerInputs, state: ConvState | None) -> torch.Tensor:
+        return self.conv(x, inputs.conv_mask, state)
+
+
+class Lfm2AttentionDecoderLayer(Lfm2DecoderLayer):
+    """A block whose mixer is GQA attention with QK-norm; its cache state is a :class:`KVState`."""
+
+    state_class = KVState
+
+    def __init__(self, config: Lfm2SmallConfig) -> None:
+        super().__init__(config)
+        self.self_attn = Lfm2Attention(
+            config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim, config.rms_norm_eps
+        )
+
+    def mix(self, x: torch.Tensor, inputs: MixerInputs, state: KVState | None) -> torch.Tensor:
+        return self.self_attn(x, inputs.cos, inputs.sin, inputs.bias, state)
+
+
+LAYER_CLASSES: dict[str, type[Lfm2DecoderLayer]] = {"conv": Lfm2ConvDecoderLayer, "attn": Lfm2AttentionDecoderLayer}
+
+
+class Lfm2SmallPreTrainedModel(SLMPreTrainedModel):
+    config_class = Lfm2SmallConfig
+    _no_split_modules = ["Lfm2ConvDecoderLayer", "Lfm2AttentionDecoderLayer"]
+
+
+class Lfm2SmallBackbone(Lfm2SmallPreTrainedModel):
+    """The LFM2 stack without token embeddings: decoder layers, RoPE and ``embedding_norm``.
+
+    For the seed's default config it holds exactly 6,627,712 parameters. Encoders with their own
+    input embedding (the transaction encoder) feed it ``inputs_embeds``.
+
+    Shapes:
+        inputs_embeds ``[B, T, d]`` -> ``last_hidden_state [B, T, d]`` (after ``embedding_norm``).
+    """
+
+    def __init__(self, config: Lfm2SmallConfig) -> None:
+        super().__init__(config)
+        self.layers = nn.ModuleList(LAYER_CLASSES[kind](config) for kind in config.layer_order)
+        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, 1.0, config.max_position_embeddings)
+        self.embedding_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_init()
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        """One state per layer: the last ``K-1`` conv inputs for conv layers, K/V for attention."""
+        return ModelCache([layer.state_class() for layer in self.layers])
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        use_cache: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """Run the stack.
+
+        Args:
+            inputs_embeds: ``[B, T, d]`` floating point.
+            attention_mask: ``[B, past + T]``, 1 = real token, 0 = padding (left padding).
+            position_ids: ``[B, T]``; by default counted over real tokens only.
+            cache: a :class:`ModelCache` from a previous call (or :meth:`new_cache`).
+            use_cache: build/return a cache (default ``config.use_cache``).
+        """
+        cache = resolve_cache_arg(cache, past_key_values)
+        validate_embeds(inputs_embeds, self.config.hidden_size)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = self.new_cache()
+        b, t, _ = inputs_embeds.shape
+        past = cache.seen_tokens if cache is not None else 0
+        validate_length(past + t, self.config.max_position_embeddings)
+        if attention_mask is not None and attention_mask.shape != (b, past + t):
+            raise ValueError(
+                f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
+            )
+        device = inputs_embeds.device
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask, past, t, b, device)
+        cos, sin = self.rotary_emb(position_ids)
+        conv_mask = attention_mask[:, -t:, None].to(inputs_embeds.dtype) if has_padding(attention_mask) else None
+        inputs = MixerInputs(cos, sin, causal_bias(attention_mask, t, past + t, device), conv_mask)
+        x = inputs_embeds
+        for i, layer in enumerate(self.layers):
+            x = layer(x, inputs, cache[i] if cache is not None else None)
+        if cache is not None:
+            cache.seen_tokens += t
+        return BaseModelOutputWithPast(last_hidden_state=self.embedding_norm(x), cache=cache if use_cache else None)
+
+
+class Lfm2SmallModel(Lfm2SmallBackbone):
+    """:class:`Lfm2SmallBackbone` with a token embedding table (``embed_tokens``)."""
+
+    def __init__(self, config: Lfm2SmallConfig) -> None:
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        if input_ids is not None:
+            validate_input_ids(input_ids, self.config.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids)
+        return super().forward(
+            inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            past_key_values=past_key_values,
+        )
+
+
+class Lfm2SmallForCausalLM(Lfm2SmallPreTrainedModel, GenerationMixin):
+    """LFM2Small with an LM head (tied to ``embed_tokens`` by default, as in LFM2)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: Lfm2SmallConfig) -> None:
+        super().__init__(config)
+        self.model = Lfm2SmallModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        return self.model.new_cache(batch_size)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        logits_to_keep: int = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            past_key_values=past_key_values,
+        )
+        hidden = out.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = self.lm_head(hidden)
+        loss = causal_lm_loss(logits, labels) if labels is not None else None
+        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
+        return result if return_dict is not False else result.to_tuple()
+
+
+def audit_parameters(model: Lfm2SmallForCausalLM | Lfm2SmallBackbone) -> dict[str, int]:
+    """Parameter budget by component, shared (tied) tensors counted once.
+
+    ``Backbone`` is the seed's own figure (decoder layers + ``embedding_norm``): 6,627,712 for
+    the default config.
+    """
+    inner = model.model if isinstance(model, Lfm2SmallForCausalLM) else model
+    conv = sum(p.numel() for layer in inner.layers if isinstance(layer, Lfm2ConvDecoderLayer) for p in layer.parameters())
+    attn = sum(p.numel() for layer in inner.layers if isinstance(layer, Lfm2AttentionDecoderLayer) for p in layer.parameters())
+    final_norm = inner.embedding_norm.weight.numel()
+    rows: dict[str, int] = {}
+    embed = inner.embed_tokens.weight.numel() if isinstance(inner, Lfm2SmallModel) else 0
+    if embed:
+        tied = isinstance(model, Lfm2SmallForCausalLM) and model.lm_head.weight is inner.embed_tokens.weight
+        rows["Tied embedding table" if tied else "Embedding table"] = embed
+    if isinstance(model, Lfm2SmallForCausalLM) and model.lm_head.weight is not inner.embed_tokens.weight:
+        rows["LM head (untied)"] = model.lm_head.weight.numel()
+    rows.update(
+        {
+            "Conv blocks": conv,
+            "Attention blocks": attn,
+            "Final norm (embedding_norm)": final_norm,
+            "Backbone (blocks + embedding_norm)": conv + attn + final_norm,
+            "Total": sum(p.numel() for p in model.parameters()),
+        }
+    )
+    return rows
