@@ -1,0 +1,145 @@
+"""NanoHammer configuration (seed 003)."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from ...layers.attention import check_head_layout
+
+ROTATION_STYLES = ("rotation", "seed")
+
+
+class NanoHammerConfig(PretrainedConfig):
+    """A Llama-style decoder whose hidden tokens also attend to per-position "state tokens" made from a
+    rotated cumulative sum of the token embeddings (see :mod:`.modeling_nanohammer`).
+
+    Every keyword of the seed's ``NanoHammerConfig`` is accepted under its own name and default. The
+    seed's defects are fixed: ``state_hidden_size`` defaults to the integer ``hidden_size // 4`` (the
+    seed stored the float ``hidden_size / 4``); an ``auto_map`` (written by the seed for
+    ``trust_remote_code``) is accepted and dropped.
+
+    Args:
+        vocab_size: 128256.
+        hidden_size: model width ``d`` (2048).
+        intermediate_size: SwiGLU inner width (8192).
+        num_hidden_layers: decoder blocks (24).
+        num_attention_heads: query heads ``H`` (32).
+        num_key_value_heads: key/value heads ``H_kv`` (8, GQA).
+        num_state_heads: heads of the state update cell, each with its own Euler step (32).
+        state_hidden_size: state width ``S`` (default ``hidden_size // 4``); an integer (an integral
+            float from a seed config.json is accepted), even, divisible by ``num_state_heads``.
+        max_position_embeddings: longest sequence (cached + new tokens) accepted (131072).
+        rms_norm_eps: 1e-5.
+        initializer_range: std of the normal init (0.02).
+        use_cache: return a decoding cache from ``forward`` by default (True).
+        tie_word_embeddings: share the embedding table with the LM head (False).
+        rope_theta: RoPE base of the attention (10000.0).
+        rope_scaling: only ``None`` (plain RoPE) is supported.
+        attention_bias: bias on the q/k/v/o projections, as in transformers' Llama (False).
+        attention_dropout: attention-probability dropout in training (0.0).
+        mlp_bias: bias on the SwiGLU projections (False).
+        hidden_act: only ``"silu"`` (the seed's default; SwiGLU).
+        bos_token_id / eos_token_id / pad_token_id: 128000 / 128009 / None.
+        head_dim: attention head size (default ``hidden_size // num_attention_heads``).
+        state_rope_base: base of the holographic rotation frequencies (10000, fixed in the seed).
+        rotation_style: ``"rotation"`` (a true per-pair rotation, the intended maths) or ``"seed"``
+            (the seed's non-orthogonal map and its non-inverse, for checkpoints trained with it).
+        hidden_attends_self: hidden token ``i`` attends to hidden tokens ``<= i`` (True, standard
+            causal attention) or ``< i`` only (False, the seed's prefill mask).
+    """
+
+    model_type = "nanohammer"
+
+    def __init__(
+        self,
+        vocab_size: int = 128256,
+        hidden_size: int = 2048,
+        intermediate_size: int = 8192,
+        num_hidden_layers: int = 24,
+        num_attention_heads: int = 32,
+        num_key_value_heads: int = 8,
+        num_state_heads: int = 32,
+        state_hidden_size: int | None = None,
+        max_position_embeddings: int = 131072,
+        rms_norm_eps: float = 1e-5,
+        initializer_range: float = 0.02,
+        use_cache: bool = True,
+        tie_word_embeddings: bool = False,
+        rope_theta: float = 10000.0,
+        rope_scaling: dict | None = None,
+        attention_bias: bool = False,
+        attention_dropout: float = 0.0,
+        mlp_bias: bool = False,
+        hidden_act: str = "silu",
+        bos_token_id: int | None = 128000,
+        eos_token_id: int | None = 128009,
+        pad_token_id: int | None = None,
+        head_dim: int | None = None,
+        state_rope_base: float = 10000.0,
+        rotation_style: str = "rotation",
+        hidden_attends_self: bool = True,
+        **kwargs,
+    ) -> None:
+        kwargs.pop("auto_map", None)  # the seed's remote-code pointer; our classes are registered locally
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("hidden_size", hidden_size),
+            ("intermediate_size", intermediate_size),
+            ("num_hidden_layers", num_hidden_layers),
+            ("num_state_heads", num_state_heads),
+            ("max_position_embeddings", max_position_embeddings),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.head_dim = check_head_layout(hidden_size, num_attention_heads, num_key_value_heads, head_dim)
+        if self.head_dim % 2:
+            raise ValueError(f"attention head_dim ({self.head_dim}) must be even for RoPE")
+        if state_hidden_size is None:
+            state_hidden_size = hidden_size // 4
+        if isinstance(state_hidden_size, float) and state_hidden_size.is_integer():
+            state_hidden_size = int(state_hidden_size)
+        if not isinstance(state_hidden_size, int) or isinstance(state_hidden_size, bool) or state_hidden_size <= 0:
+            raise ValueError(f"state_hidden_size must be a positive integer, got {state_hidden_size!r}")
+        if state_hidden_size % num_state_heads:
+            raise ValueError(
+                f"state_hidden_size ({state_hidden_size}) must be divisible by num_state_heads ({num_state_heads})"
+            )
+        if state_hidden_size % 2:
+            raise ValueError(f"state_hidden_size ({state_hidden_size}) must be even (channels rotate in pairs)")
+        if rope_scaling is not None:
+            raise ValueError(f"rope_scaling={rope_scaling!r} is not supported by NanoHammer; use None (plain RoPE)")
+        if hidden_act != "silu":
+            raise ValueError(f"hidden_act={hidden_act!r} is not supported; NanoHammer's MLP is SwiGLU (hidden_act='silu')")
+        if rotation_style not in ROTATION_STYLES:
+            raise ValueError(f"rotation_style must be one of {ROTATION_STYLES}, got {rotation_style!r}")
+        if not 0.0 <= attention_dropout < 1.0:
+            raise ValueError(f"attention_dropout must be in [0, 1), got {attention_dropout!r}")
+        if rms_norm_eps <= 0:
+            raise ValueError(f"rms_norm_eps must be positive, got {rms_norm_eps!r}")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads
+        self.num_state_heads = num_state_heads
+        self.state_hidden_size = state_hidden_size
+        self.max_position_embeddings = max_position_embeddings
+        self.rms_norm_eps = rms_norm_eps
+        self.initializer_range = initializer_range
+        self.use_cache = use_cache
+        self.rope_theta = rope_theta
+        self.attention_bias = attention_bias
+        self.attention_dropout = attention_dropout
+        self.mlp_bias = mlp_bias
+        self.hidden_act = hidden_act
+        self.state_rope_base = state_rope_base
+        self.rotation_style = rotation_style
+        self.hidden_attends_self = bool(hidden_attends_self)
+        super().__init__(
+            tie_word_embeddings=tie_word_embeddings,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            **kwargs,
+        )

@@ -1,0 +1,270 @@
+"""NanoHammer (seed 003) as a transformers causal LM.
+
+Forward, for token embeddings ``e_t`` at positions ``p_t``:
+
+1. ``C_t = Σ_{i<=t} R(p_i) W_s e_i`` (``W_s`` = ``token_to_state``, ``R`` the holographic rotation,
+   padded positions contribute 0).
+2. Per layer ``l``: ``s^l_t = Cell_l(s^{l-1}_t)`` (``s^0 = C``); the state token at ``t`` is
+   ``z_t = RMSNorm(W_z R(-p_t) s^l_{t-1})`` with ``s^l_{-1} = 0`` (shift by one position, then rotate
+   back into the frame of position ``t``); hidden tokens then run a pre-norm Llama block whose
+   attention lets hidden query ``t`` see state tokens ``<= t`` and hidden tokens ``<= t`` (``< t`` with
+   ``hidden_attends_self=False``), all keyed with RoPE at their positions. Only the ``T`` hidden
+   queries and their MLP are computed (the seed also computed ``T`` state-token queries and an MLP
+   on them, then discarded the results).
+
+Parameter names equal the seed's, so a seed state_dict loads with ``strict=True``; the config
+switches ``rotation_style="seed"`` and ``hidden_attends_self=False`` reproduce the seed's prefill
+maths. Decoding through :class:`~slmlab.layers.ModelCache` equals the full forward in both modes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import GenerationMixin
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from ...layers import ModelCache, RMSNorm, RotaryEmbedding, SwiGLU
+from ...layers.masks import position_ids_from_mask
+from ..base import (
+    SLMPreTrainedModel,
+    causal_lm_loss,
+    resolve_cache_arg,
+    validate_embeds,
+    validate_input_ids,
+    validate_length,
+)
+from .attention_nanohammer import HammerLayerState, NanoHammerAttention, RunningSum, hammer_bias
+from .configuration_nanohammer import NanoHammerConfig
+from .holographic import ROTATIONS, HolographicRotation, StateTokenProjection, StateUpdateCell, shift_right
+
+
+class NanoHammerDecoderLayer(nn.Module):
+    """State step + state tokens + pre-norm attention/SwiGLU block on the hidden tokens.
+
+    ``s' = Cell(s)``; ``z = Proj(R(-p) shift(s'))``;
+    ``h = x + Attn(RMSNorm(x), RMSNorm(z))``; ``y = h + SwiGLU(RMSNorm(h))``.
+
+    Args:
+        config: the family config (read once here to build the modules).
+        rotation: the model's (shared, parameter-free) holographic rotation.
+    Shapes:
+        x ``[B, T, d]``, state ``[B, T, S]`` -> same shapes.
+    """
+
+    def __init__(self, config: NanoHammerConfig, rotation: HolographicRotation) -> None:
+        super().__init__()
+        self.rotation = [rotation]  # shared; a list keeps it out of this module's children
+        eps = config.rms_norm_eps
+        self.state_cell = StateUpdateCell(config.state_hidden_size, config.num_state_heads, eps)
+        self.state_projection = StateTokenProjection(config.state_hidden_size, config.hidden_size, eps)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps)
+        self.self_attn = NanoHammerAttention(
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            bias=config.attention_bias,
+            dropout=config.attention_dropout,
+        )
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+
+    def forward(self, x, state, position_ids, cos, sin, bias, cache: HammerLayerState | None = None):
+        state = self.state_cell(state)
+        previous = cache.last_state if cache is not None else None
+        if cache is not None:
+            cache.last_state = state[:, -1:]
+        tokens = self.state_projection(self.rotation[0].unrotate(shift_right(state, previous), position_ids))
+        x = x + self.self_attn(self.input_layernorm(x), self.input_layernorm(tokens), cos, sin, bias, cache)
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, state
+
+
+class NanoHammerPreTrainedModel(SLMPreTrainedModel):
+    config_class = NanoHammerConfig
+    _no_split_modules = ["NanoHammerDecoderLayer"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, StateUpdateCell):
+            init.constant_(module.step_size, 0.1)
+
+
+class NanoHammerModel(NanoHammerPreTrainedModel):
+    """Embedding, holographic integration, decoder stack and final norm; returns the last hidden states."""
+
+    def __init__(self, config: NanoHammerConfig) -> None:
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.token_to_state = nn.Linear(config.hidden_size, config.state_hidden_size, bias=False)
+        self.holographic_rope = ROTATIONS[config.rotation_style](config.state_hidden_size, config.state_rope_base)
+        self.layers = nn.ModuleList(
+            NanoHammerDecoderLayer(config, self.holographic_rope) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(
+            config.head_dim, config.rope_theta, 1.0, min(config.max_position_embeddings, 4096)
+        )
+        self.self_offset = 1 if config.hidden_attends_self else 0
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        return ModelCache([HammerLayerState() for _ in self.layers], extra={"cumsum": RunningSum()})
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        cache = resolve_cache_arg(cache, past_key_values)
+        if input_ids is not None:
+            validate_input_ids(input_ids, self.config.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids)
+        else:
+            validate_embeds(inputs_embeds, self.config.hidden_size)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = self.new_cache()
+        b, t, _ = inputs_embeds.shape
+        past = cache.seen_tokens if cache is not None else 0
+        validate_length(past + t, self.config.max_position_embeddings)
+        if attention_mask is not None and tuple(attention_mask.shape) != (b, past + t):
+            raise ValueError(
+                f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
+            )
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask, past, t, b, inputs_embeds.device)
+        elif tuple(position_ids.shape) not in ((b, t), (1, t)):
+            raise ValueError(f"position_ids must have shape [batch, seq_len] = {(b, t)}, got {tuple(position_ids.shape)}")
+        position_ids = position_ids.expand(b, t)
+        cos, sin = self.rotary_emb(position_ids)
+        bias = hammer_bias(attention_mask, t, past, self.self_offset, inputs_embeds.device)
+
+        rotated = self.holographic_rope.rotate(self.token_to_state(inputs_embeds), position_ids)
+        if attention_mask is not None:
+            rotated = rotated * attention_mask[:, -t:, None].to(rotated.dtype)  # padding never enters the sum
+        state = cache.extra["cumsum"].integrate(rotated) if cache is not None else rotated.float().cumsum(1).to(rotated.dtype)
+        x = inputs_embeds
+        for i, layer in enumerate(self.layers):
+            x, state = layer(x, state, position_ids, cos, sin, bias, cache[i] if cache is not None else None)
+        if cache is not None:
+            cache.seen_tokens += t
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(x), cache=cache if use_cache else None)
+
+
+class NanoHammerForCausalLM(NanoHammerPreTrainedModel, GenerationMixin):
+    """NanoHammer with an LM head (untied by default, as in the seed)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: NanoHammerConfig) -> None:
+        super().__init__(config)
+        self.model = NanoHammerModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        return self.model.new_cache(batch_size)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        logits_to_keep: int = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            past_key_values=past_key_values,
+        )
+        hidden = out.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = self.lm_head(hidden)
+        loss = causal_lm_loss(logits, labels) if labels is not None else None
+        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
+        return result if return_dict is not False else result.to_tuple()
+
+
+def cache_nbytes(cache: ModelCache) -> dict[str, int]:
+    """Bytes held by a NanoHammer cache: ``filled`` (keys/values of the seen tokens plus the O(1)
+    running states) and ``allocated`` (including the spare capacity of the growing K/V buffers)."""
+    filled = allocated = 0
+    for state in cache.layers:
+        if state.keys is not None:
+            per_slot = state.keys[:, :, :1].nbytes + state.values[:, :, :1].nbytes
+            filled += per_slot * state.length
+            allocated += state.keys.nbytes + state.values.nbytes
+        if state.last_state is not None:
+            filled += state.last_state.nbytes
+            allocated += state.last_state.nbytes
+    total = cache.extra["cumsum"].total
+    if total is not None:
+        filled += total.nbytes
+        allocated += total.nbytes
+    return {"filled": filled, "allocated": allocated}
+
+
+def audit_parameters(model: NanoHammerForCausalLM) -> dict[str, int]:
+    """Parameter counts by component, shared tensors counted once."""
+    inner = model.model
+
+    def count(modules) -> int:
+        return sum(p.numel() for m in modules for p in m.parameters())
+
+    layers = list(inner.layers)
+    embed = inner.embed_tokens.weight.numel()
+    head = 0 if model.lm_head.weight is inner.embed_tokens.weight else model.lm_head.weight.numel()
+    rows = {
+        "Embedding table": embed,
+        "LM head (untied)": head,
+        "Token -> state projection": inner.token_to_state.weight.numel(),
+        "State update cells": count(layer.state_cell for layer in layers),
+        "State token projections": count(layer.state_projection for layer in layers),
+        "Attention": count(layer.self_attn for layer in layers),
+        "MLP": count(layer.mlp for layer in layers),
+        "Block norms": count(m for layer in layers for m in (layer.input_layernorm, layer.post_attention_layernorm)),
+        "Final norm": inner.norm.weight.numel(),
+    }
+    rows["Total"] = sum(p.numel() for p in model.parameters())
+    return rows
