@@ -1,0 +1,257 @@
+"""Atomic, pickle-free training checkpoints.
+
+Layout of one checkpoint folder ``<run>/checkpoints/step_000100/``::
+
+    config.json, model.safetensors, generation_config.json   (``save_pretrained``: loadable by
+    tokenizer.json, tokenizer_config.json, ...                 ``AutoModelForCausalLM.from_pretrained``)
+    run.yaml                                                  (the resolved run config)
+    trainer/optimizer.safetensors + trainer/optimizer.json    (tensors / structure of the optimiser state)
+    trainer/rng.safetensors                                   (torch CPU and CUDA generator states)
+    trainer/state.json                                        (step, data position, tokens, best metrics)
+
+Everything is written into a hidden temporary folder that is renamed to its final name only when
+complete, so a crash mid-write leaves the previous checkpoint intact; tensors go through safetensors
+and the rest through JSON, so loading a checkpoint never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+REQUIRED_FILES = (
+    "config.json",
+    "trainer/state.json",
+    "trainer/optimizer.json",
+    "trainer/optimizer.safetensors",
+    "trainer/rng.safetensors",
+)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, incomplete or corrupt (the message names the file)."""
+
+
+# -- pickle-free (de)serialisation of nested state -----------------------------------------------
+def flatten_state(obj: Any, tensors: dict[str, torch.Tensor], prefix: str = "t") -> Any:
+    """Replace every tensor in a nested dict/list/tuple by ``{"__tensor__": key}`` and collect it in
+    ``tensors``; dicts keep their key types (``{"__dict__": [[k, v], ...]}``). The result is JSON."""
+    if isinstance(obj, torch.Tensor):
+        key = f"{prefix}.{len(tensors)}"
+        tensors[key] = obj.detach().cpu().contiguous().clone()
+        return {"__tensor__": key}
+    if isinstance(obj, dict):
+        return {"__dict__": [[k, flatten_state(v, tensors, prefix)] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [flatten_state(v, tensors, prefix) for v in obj]}
+    if isinstance(obj, list):
+        return [flatten_state(v, tensors, prefix) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"cannot checkpoint a value of type {type(obj).__name__}")
+
+
+def unflatten_state(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Inverse of :func:`flatten_state`."""
+    if isinstance(obj, dict):
+        if "__tensor__" in obj:
+            key = obj["__tensor__"]
+            if key not in tensors:
+                raise CheckpointError(f"tensor {key!r} referenced by the optimiser state is missing")
+            return tensors[key]
+        if "__dict__" in obj:
+            return {k: unflatten_state(v, tensors) for k, v in obj["__dict__"]}
+        if "__tuple__" in obj:
+            return tuple(unflatten_state(v, tensors) for v in obj["__tuple__"])
+        raise CheckpointError(f"unexpected mapping in checkpoint state: {sorted(obj)}")
+    if isinstance(obj, list):
+        return [unflatten_state(v, tensors) for v in obj]
+    return obj
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    out = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            out[f"cuda.{i}"] = state
+    return out
+
+
+def set_rng_state(states: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(states["cpu"])
+    cuda = [states[k] for k in sorted((k for k in states if k.startswith("cuda.")), key=lambda k: int(k[5:]))]
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+@contextlib.contextmanager
+def _quiet_hf_progress():
+    """Silence transformers' "Writing model shards" bar during periodic saves (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
+# -- writing -------------------------------------------------------------------------------------
+def write_trainer_files(folder: Path, optimizer, trainer_state: dict) -> None:
+    """The non-model part of a checkpoint: optimiser, RNG, trainer state (state.json last)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, torch.Tensor] = {}
+    structure = flatten_state(optimizer.state_dict(), tensors)
+    save_file(tensors, str(folder / "optimizer.safetensors"))
+    (folder / "optimizer.json").write_text(json.dumps(structure))
+    save_file(rng_state(), str(folder / "rng.safetensors"))
+    (folder / "state.json").write_text(json.dumps(trainer_state, indent=2))
+
+
+def save_checkpoint(
+    root: Path, step: int, model, tokenizer, optimizer, trainer_state: dict, run_config: dict, keep: int = 0
+) -> Path:
+    """Write ``root/step_{step:06d}`` atomically and prune to the newest ``keep`` (0 = keep all).
+
+    Args:
+        root: the run's ``checkpoints`` folder.
+        model: the unwrapped ``PreTrainedModel`` (``save_pretrained``).
+        tokenizer: saved beside the model (may be None).
+        optimizer: anything with ``state_dict()``.
+        trainer_state: JSON-able step / data position / metrics.
+        run_config: the resolved run config (saved as ``run.yaml``).
+    """
+    import yaml
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp-step_{step:06d}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        with _quiet_hf_progress():
+            model.save_pretrained(str(tmp))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+        (tmp / "run.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
+        write_trainer_files(tmp / "trainer", optimizer, trainer_state)
+        if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
+            old = root / f".old-step_{step:06d}-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep > 0:
+        for old in list_checkpoints(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# -- finding and reading -------------------------------------------------------------------------
+def list_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest first (temporary folders are ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder from a run folder (its newest checkpoint), a ``checkpoints`` folder, or a
+    checkpoint / saved-model folder itself."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no run or checkpoint at {path}")
+    if (path / "config.json").is_file():
+        return path
+    for root in (path / "checkpoints", path):
+        found = list_checkpoints(root)
+        if found:
+            return found[-1]
+    raise CheckpointError(f"{path} holds no checkpoint (expected config.json or checkpoints/step_*/)")
+
+
+def check_checkpoint(ckpt: Path, need_trainer: bool = True) -> None:
+    """Raise :class:`CheckpointError` naming the first missing file."""
+    needed = REQUIRED_FILES if need_trainer else REQUIRED_FILES[:1]
+    for name in needed:
+        if not (ckpt / name).is_file():
+            raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name} is missing")
+    if not any((ckpt / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+        raise CheckpointError(f"checkpoint {ckpt} is incomplete: model.safetensors is missing")
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except Exception as err:  # safetensors raises its own error types for truncated/garbled files
+        raise CheckpointError(f"{path} is corrupt or not a safetensors file: {err}") from err
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path} is corrupt (invalid JSON): {err}") from err
+
+
+def model_state_from_checkpoint(ckpt: Path) -> dict[str, torch.Tensor]:
+    index = ckpt / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(_read_json(index)["weight_map"].values()))
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            state.update(_read_safetensors(ckpt / name))
+        return state
+    return _read_safetensors(ckpt / "model.safetensors")
+
+
+def load_model_weights(model: torch.nn.Module, ckpt: Path) -> None:
+    """Load a checkpoint's weights into ``model``; keys absent from the file must be tied to a loaded
+    tensor (``save_pretrained`` drops the tied LM head)."""
+    state = model_state_from_checkpoint(ckpt)
+    own = model.state_dict()
+    unexpected = sorted(set(state) - set(own))
+    if unexpected:
+        raise CheckpointError(f"{ckpt}: weights {unexpected[:5]} do not belong to {type(model).__name__}")
+    for name, tensor in state.items():
+        if tensor.shape != own[name].shape:
+            raise CheckpointError(f"{ckpt}: weight {name} has shape {tuple(tensor.shape)}, model expects {tuple(own[name].shape)}")
+    model.load_state_dict(state, strict=False)
+    loaded = {own[n].data_ptr() for n in state}
+    missing = [n for n in own if n not in state and own[n].data_ptr() not in loaded]
+    if missing:
+        raise CheckpointError(f"{ckpt}: model.safetensors lacks weights {missing[:5]}")
+
+
+def load_training_state(ckpt: Path, model: torch.nn.Module, optimizer) -> dict:
+    """Restore model weights, optimiser state and RNG from ``ckpt``; returns the trainer state."""
+    ckpt = Path(ckpt)
+    check_checkpoint(ckpt)
+    state = _read_json(ckpt / "trainer" / "state.json")
+    load_model_weights(model, ckpt)
+    tensors = _read_safetensors(ckpt / "trainer" / "optimizer.safetensors")
+    structure = _read_json(ckpt / "trainer" / "optimizer.json")
+    try:
+        optimizer.load_state_dict(unflatten_state(structure, tensors))
+    except (KeyError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{ckpt}/trainer/optimizer.*: does not match this model/optimiser: {err}") from err
+    set_rng_state(_read_safetensors(ckpt / "trainer" / "rng.safetensors"))
+    return state

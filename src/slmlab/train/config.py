@@ -1,0 +1,267 @@
+"""A training run as one typed config: YAML file + ``key=value`` overrides -> :class:`RunConfig`.
+
+Sections are small dataclasses (optimiser, schedule, checkpointing, logging), torchtitan style; every
+field is validated here, once, with a ``ValueError`` that names the field and the value. The resolved
+config is saved beside every checkpoint (``run.yaml``) so a run can be resumed or audited later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class OptimConfig:
+    """Optimiser settings.
+
+    Args:
+        name: ``adamw`` (fused when available) or ``muon`` (``torch.optim.Muon`` on the 2-D hidden
+            weight matrices, AdamW on embeddings, norms, biases and the output head).
+        lr: peak learning rate of AdamW.
+        muon_lr: peak learning rate of Muon (``muon`` only).
+        betas, eps: AdamW moments.
+        weight_decay: decoupled decay; never applied to norms, biases or embeddings.
+        grad_clip: max global gradient norm (0 = off).
+    """
+
+    name: str = "adamw"
+    lr: float = 1e-3
+    muon_lr: float = 0.02
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+
+    def validate(self) -> None:
+        if self.name not in ("adamw", "muon"):
+            raise ValueError(f"optim.name must be 'adamw' or 'muon', got {self.name!r}")
+        for key in ("lr", "muon_lr", "eps"):
+            if not float(getattr(self, key)) > 0:
+                raise ValueError(f"optim.{key} must be > 0, got {getattr(self, key)!r}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), got {self.betas!r}")
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError(f"optim.weight_decay and optim.grad_clip must be >= 0, got {self.weight_decay}, {self.grad_clip}")
+
+
+@dataclass
+class ScheduleConfig:
+    """Learning-rate schedule, a pure function of the optimiser step.
+
+    Args:
+        name: ``cosine`` (linear warm-up, cosine to ``min_lr_ratio``), ``wsd`` (warm-up, stable,
+            linear decay over the last ``decay_frac`` of the steps; Hu et al., MiniCPM, arXiv:2404.06395)
+            or ``constant`` (warm-up then flat).
+        warmup: warm-up steps; a value < 1 is a fraction of ``max_steps``.
+        min_lr_ratio: final lr / peak lr.
+        decay_frac: fraction of steps spent decaying (``wsd`` only).
+    """
+
+    name: str = "cosine"
+    warmup: float = 0.05
+    min_lr_ratio: float = 0.1
+    decay_frac: float = 0.2
+
+    def validate(self) -> None:
+        if self.name not in ("cosine", "wsd", "constant"):
+            raise ValueError(f"schedule.name must be 'cosine', 'wsd' or 'constant', got {self.name!r}")
+        if self.warmup < 0:
+            raise ValueError(f"schedule.warmup must be >= 0, got {self.warmup!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"schedule.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        if not 0.0 < self.decay_frac <= 1.0:
+            raise ValueError(f"schedule.decay_frac must be in (0, 1], got {self.decay_frac!r}")
+
+
+@dataclass
+class RunConfig:
+    """Everything a ``slmlab train`` run needs.
+
+    Args:
+        model: family (``lumen``), ``family:preset``, a preset name, or a saved model folder.
+        model_config: config overrides for the model (``vocab_size`` defaults to the tokenizer's).
+        data: a ``slmlab.data.get_source`` spec (``shakespeare``, ``mqar:cpu``, a file, ...).
+        tokenizer: ``bpe``, ``byte`` or a tokenizer path (``slmlab.data.get_tokenizer``).
+        vocab_size: BPE vocabulary size (incl. specials).
+        block_size: tokens per training sequence (text corpora; synthetic tasks fix their own).
+        batch_size: sequences per micro-batch per rank; the global batch is
+            ``batch_size * grad_accum * world_size``.
+        grad_accum: micro-batches per optimiser step.
+        max_steps: optimiser steps.
+        max_time: stop (with a checkpoint) after this many seconds of training (0 = no limit).
+        seed: model init, data order and sampling.
+        precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``fp32`` or ``bf16``.
+        compile: wrap the model in ``torch.compile``.
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:1`` ...
+        eval_every / eval_batches / eval_batch_size: periodic validation (0 = only at the end).
+        early_stop_acc: stop once validation accuracy exceeds this (synthetic tasks; 0 = off).
+        checkpoint_every / keep_checkpoints: periodic checkpoints (0 = only at the end).
+        log_every: metrics cadence in steps; ``progress``: show a progress bar.
+        tensorboard: also write TensorBoard events (``out_dir/tb``).
+        out_dir: the run folder (config, checkpoints, metrics.jsonl, report).
+        sample_prompt / sample_tokens / sample_temperature / sample_top_k: the report's sample.
+        data_cache: cache folder for the data layer (None = its default).
+        ddp_find_unused: DDP ``find_unused_parameters``.
+    """
+
+    model: str = "lumen"
+    model_config: dict = field(default_factory=dict)
+    data: str = "shakespeare"
+    tokenizer: str = "bpe"
+    vocab_size: int = 2048
+    block_size: int = 256
+    batch_size: int = 16
+    grad_accum: int = 1
+    max_steps: int = 1000
+    max_time: float = 0.0
+    seed: int = 0
+    precision: str = "auto"
+    compile: bool = False
+    device: str = "auto"
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    eval_every: int = 200
+    eval_batches: int = 20
+    eval_batch_size: int = 0
+    early_stop_acc: float = 0.0
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    progress: bool = True
+    tensorboard: bool = True
+    out_dir: str = "runs/default"
+    sample_prompt: str = "\n"
+    sample_tokens: int = 200
+    sample_temperature: float = 0.8
+    sample_top_k: int = 50
+    data_cache: str | None = None
+    ddp_find_unused: bool = False
+
+    def validate(self) -> "RunConfig":
+        for key in ("vocab_size", "block_size", "batch_size", "grad_accum", "max_steps", "log_every"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{key} must be a positive integer, got {value!r}")
+        for key in ("eval_every", "eval_batches", "eval_batch_size", "checkpoint_every", "keep_checkpoints", "sample_tokens"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
+        if self.max_time < 0:
+            raise ValueError(f"max_time must be >= 0 seconds, got {self.max_time!r}")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"precision must be 'auto', 'fp32' or 'bf16', got {self.precision!r}")
+        if not 0.0 <= self.early_stop_acc <= 1.0:
+            raise ValueError(f"early_stop_acc must be in [0, 1], got {self.early_stop_acc!r}")
+        if not isinstance(self.model_config, dict):
+            raise ValueError(f"model_config must be a mapping of config overrides, got {self.model_config!r}")
+        self.optim.validate()
+        self.schedule.validate()
+        return self
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["optim"]["betas"] = list(self.optim.betas)
+        return out
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+_SECTIONS = {"optim": OptimConfig, "schedule": ScheduleConfig}
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"cannot set {key!r}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``["optim.lr=3e-4", "model_config.num_layers=2"]`` -> nested dict; values are parsed as YAML."""
+    tree: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected key=value, got {item!r}")
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
+    return tree
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _coerce(cls, values: dict, where: str) -> dict:
+    """Cast each value to the type of the field's default (YAML reads ``3e-4`` as a string)."""
+    out = {}
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else None) for f in dataclasses.fields(cls)}
+    for key, value in values.items():
+        default = defaults.get(key)
+        try:
+            if isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise ValueError
+            elif isinstance(default, float) and not isinstance(value, bool):
+                value = float(value)
+            elif isinstance(default, int) and isinstance(value, str):
+                value = int(value)
+        except ValueError:
+            raise ValueError(f"{where}{key} must be a {type(default).__name__}, got {value!r}") from None
+        out[key] = value
+    return out
+
+
+def config_from_dict(tree: dict) -> RunConfig:
+    """Build and validate a :class:`RunConfig`; unknown keys are errors naming the key."""
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(tree) - known)
+    if unknown:
+        raise ValueError(f"unknown config key(s) {unknown}; known: {sorted(known)}")
+    kwargs = {}
+    for key, value in tree.items():
+        if key in _SECTIONS:
+            if not isinstance(value, dict):
+                raise ValueError(f"{key} must be a mapping, got {value!r}")
+            section = _SECTIONS[key]
+            fields = {f.name for f in dataclasses.fields(section)}
+            bad = sorted(set(value) - fields)
+            if bad:
+                raise ValueError(f"unknown {key} key(s) {bad}; known: {sorted(fields)}")
+            value = _coerce(section, value, f"{key}.")
+            if "betas" in value:
+                value["betas"] = tuple(float(b) for b in value["betas"])
+            kwargs[key] = section(**value)
+        else:
+            kwargs.update(_coerce(RunConfig, {key: value}, ""))
+    return RunConfig(**kwargs).validate()
+
+
+def load_config(files: list[str | Path] = (), overrides: list[str] = (), base: dict | None = None) -> RunConfig:
+    """Merge ``base`` <- each YAML file <- ``key=value`` overrides, then validate."""
+    tree: dict = dict(base or {})
+    for path in files:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"config file {path} must hold a mapping, got {type(loaded).__name__}")
+        tree = _merge(tree, loaded)
+    tree = _merge(tree, parse_overrides(list(overrides)))
+    return config_from_dict(tree)

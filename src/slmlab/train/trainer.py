@@ -1,0 +1,280 @@
+"""The training loop with explicit, checkpointable state (torchtitan's Trainer pattern).
+
+One optimiser step = ``grad_accum`` micro-batches per rank; the data position is the micro-batch
+index, so the stream restarts exactly where it stopped (``DataSource.batches(step=...)``), and the
+learning rate is a pure function of the step: resuming reproduces the uninterrupted loss curve.
+Under ``torchrun`` the model is wrapped in DDP and each rank reads its own rows of the global batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from ..evaluate.lm import evaluate_source, model_inputs
+from .checkpoint import list_checkpoints, load_training_state, save_checkpoint
+from .config import RunConfig
+from .distributed import DistInfo, all_reduce_mean, barrier, broadcast_flag
+from .metrics import MetricsLogger
+from .optim import build_optimizer, lr_factor, set_lr
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN/inf; the message names the step and the last good checkpoint."""
+
+
+def resolve_device(spec: str, dist_info: DistInfo | None = None) -> torch.device:
+    """``auto`` -> ``cuda:<local_rank>`` when CUDA is present, else ``cpu``."""
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", dist_info.local_rank if dist_info else 0)
+        return torch.device("cpu")
+    return torch.device(spec)
+
+
+def family_forward_inputs(model) -> tuple[str, ...]:
+    """The family's documented extra forward inputs (empty for models outside the registry)."""
+    from ..models.registry import get_family
+
+    try:
+        return tuple(get_family(model.config.model_type).extra_forward_inputs)
+    except ValueError:
+        return ()
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimiser needed to continue a run exactly."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    train_time_s: float = 0.0
+    best_val_loss: float = math.inf
+    last_eval: dict = field(default_factory=dict)
+    stop_reason: str = ""
+
+    def to_json(self, cfg: RunConfig, world_size: int) -> dict:
+        return {
+            "step": self.step,
+            "data_step": self.step * cfg.grad_accum,
+            "tokens_seen": self.tokens_seen,
+            "train_time_s": self.train_time_s,
+            "best_val_loss": self.best_val_loss if math.isfinite(self.best_val_loss) else None,
+            "last_eval": self.last_eval,
+            "world_size": world_size,
+            "global_batch_rows": cfg.batch_size * world_size,
+            "seed": cfg.seed,
+        }
+
+
+class Trainer:
+    """Train ``model`` on ``source`` as ``cfg`` says; write everything under ``run_dir``.
+
+    Args:
+        cfg: the validated run config.
+        model: an unwrapped ``PreTrainedModel`` (moved to the run's device here).
+        source: a ``slmlab.data`` DataSource (``batches``/``eval_batches``/``bytes_per_token``).
+        tokenizer: saved beside every checkpoint (may be None).
+        run_dir: the run folder.
+        dist_info: the torchrun position (single process by default).
+        device: where to train (default: ``cfg.device`` resolved).
+    """
+
+    def __init__(self, cfg: RunConfig, model, source, tokenizer=None, run_dir: str | Path | None = None,
+                 dist_info: DistInfo | None = None, device: torch.device | None = None) -> None:
+        self.cfg = cfg
+        self.dist = dist_info or DistInfo()
+        self.device = device or resolve_device(cfg.device, self.dist)
+        self.run_dir = Path(run_dir or cfg.out_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.model = model.to(self.device)
+        self.source = source
+        self.tokenizer = tokenizer
+        self.forward_inputs = family_forward_inputs(model)
+        self.optimizer = build_optimizer(self.model, cfg.optim)
+        self.state = TrainState()
+        self.losses: list[float] = []
+        self.train_model = self.model
+        if self.dist.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=cfg.ddp_find_unused)
+        if cfg.compile:
+            self.train_model = torch.compile(self.train_model)
+        use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
+        self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if use_bf16 else None
+        self.n_params = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
+
+    # -- state ---------------------------------------------------------------------------------
+    def resume(self, ckpt: str | Path) -> None:
+        """Continue from a checkpoint written by :meth:`save` (weights, optimiser, RNG, position)."""
+        data = load_training_state(Path(ckpt), self.model, self.optimizer)
+        if data.get("global_batch_rows") not in (None, self.cfg.batch_size * self.dist.world_size):
+            raise ValueError(
+                f"checkpoint was written with a global batch of {data['global_batch_rows']} rows per micro-step;"
+                f" this run has batch_size*world_size = {self.cfg.batch_size * self.dist.world_size}: exact resume needs the same"
+            )
+        best = data.get("best_val_loss")
+        self.state = TrainState(
+            step=int(data["step"]),
+            tokens_seen=int(data.get("tokens_seen", 0)),
+            train_time_s=float(data.get("train_time_s", 0.0)),
+            best_val_loss=math.inf if best is None else float(best),
+            last_eval=data.get("last_eval") or {},
+        )
+
+    def save(self) -> Path | None:
+        """Write a checkpoint of the current step (main rank only); returns its folder."""
+        path = None
+        if self.dist.is_main:
+            path = save_checkpoint(
+                self.ckpt_root, self.state.step, self.model, self.tokenizer, self.optimizer,
+                self.state.to_json(self.cfg, self.dist.world_size), self.cfg.to_dict(), self.cfg.keep_checkpoints,
+            )
+        return path
+
+    def last_checkpoint(self) -> Path | None:
+        found = list_checkpoints(self.ckpt_root)
+        return found[-1] if found else None
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def evaluate(self, split: str = "validation") -> dict:
+        """Validation metrics of the current model (every rank computes the same numbers)."""
+        bs = self.cfg.eval_batch_size or self.cfg.batch_size
+        return evaluate_source(
+            self.model, self.source, split, bs, self.cfg.eval_batches or None,
+            self.forward_inputs, self.device, self.autocast,
+        )
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _micro_step(self, batch: dict, sync: bool) -> tuple[torch.Tensor, int]:
+        kwargs = model_inputs(batch, self.forward_inputs, self.device)
+        kwargs["labels"] = batch["labels"].to(self.device)
+        no_sync = self.train_model.no_sync if (self.dist.enabled and not sync and hasattr(self.train_model, "no_sync")) else nullcontext
+        with no_sync():
+            with self.autocast() if self.autocast else nullcontext():
+                out = self.train_model(**kwargs, use_cache=False)
+            loss = out.loss / self.cfg.grad_accum
+            loss.backward()
+        mask = batch.get("attention_mask")
+        tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+        return loss.detach(), tokens
+
+    def _log_eval(self, metrics: MetricsLogger) -> dict:
+        result = self.evaluate()
+        self.state.last_eval = {k: v for k, v in result.items() if k != "acc_by_group"}
+        if "acc_by_group" in result:
+            self.state.last_eval["acc_by_group"] = {str(k): v for k, v in result["acc_by_group"].items()}
+        self.state.best_val_loss = min(self.state.best_val_loss, result["loss"])
+        metrics.log("eval", self.state.step, self.state.last_eval)
+        return result
+
+    def train(self) -> TrainState:
+        """Run until ``max_steps``, the time budget, early stop, Ctrl-C or divergence.
+
+        Raises:
+            TrainingDiverged: loss NaN/inf (no checkpoint is written for the bad step).
+        """
+        cfg, st = self.cfg, self.state
+        metrics = MetricsLogger(self.run_dir, cfg.tensorboard, self.dist.is_main)
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            cfg.save(self.run_dir / "run.yaml")
+        stream = self.source.batches(
+            "train", cfg.batch_size, seed=cfg.seed, step=st.step * cfg.grad_accum,
+            rank=self.dist.rank, world_size=self.dist.world_size,
+        )
+        bar = None
+        if cfg.progress and self.dist.is_main:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=cfg.max_steps, initial=st.step, desc="train", unit="step", dynamic_ncols=True)
+        self.train_model.train()
+        window_tokens, window_time = 0, 0.0
+        try:
+            while st.step < cfg.max_steps:
+                t0 = time.perf_counter()
+                lr = set_lr(self.optimizer, lr_factor(st.step, cfg.max_steps, cfg.schedule))
+                loss_sum, tokens = torch.zeros((), device=self.device), 0
+                for micro in range(cfg.grad_accum):
+                    loss, n = self._micro_step(next(stream), sync=micro == cfg.grad_accum - 1)
+                    loss_sum += loss
+                    tokens += n
+                loss_value = float(all_reduce_mean(loss_sum, self.dist))
+                if not math.isfinite(loss_value):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    last = self.last_checkpoint()
+                    raise TrainingDiverged(
+                        f"loss became {loss_value} at step {st.step + 1}; training stopped before applying that update."
+                        f" Last good checkpoint: {last if last else 'none written yet'}. Lower optim.lr or check the data."
+                    )
+                grad_norm = None
+                if cfg.optim.grad_clip > 0:
+                    grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip))
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                dt = time.perf_counter() - t0
+                st.step += 1
+                st.tokens_seen += tokens * self.dist.world_size
+                st.train_time_s += dt
+                window_tokens += tokens * self.dist.world_size
+                window_time += dt
+                self.losses.append(loss_value)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}", tok_s=f"{window_tokens / max(window_time, 1e-9):,.0f}")
+                if st.step % cfg.log_every == 0 or st.step == cfg.max_steps:
+                    metrics.log("train", st.step, {
+                        "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "tokens": st.tokens_seen,
+                        "tokens_per_s": window_tokens / max(window_time, 1e-9), "train_time_s": st.train_time_s,
+                    })
+                    window_tokens, window_time = 0, 0.0
+                done = st.step >= cfg.max_steps
+                if cfg.eval_every and st.step % cfg.eval_every == 0 and not done:
+                    result = self._log_eval(metrics)
+                    if bar is not None:
+                        bar.write(f"step {st.step}: " + _format_eval(result))
+                    if cfg.early_stop_acc and result["acc"] > cfg.early_stop_acc:
+                        st.stop_reason = f"validation accuracy {result['acc']:.4f} > {cfg.early_stop_acc}"
+                over_time = bool(cfg.max_time) and st.train_time_s >= cfg.max_time
+                if broadcast_flag(over_time, self.dist) and not st.stop_reason:
+                    st.stop_reason = f"time budget of {cfg.max_time:.0f} s reached"
+                if st.stop_reason:
+                    break
+                if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0 and not done:
+                    self.save()
+                    barrier(self.dist)
+            st.stop_reason = st.stop_reason or "max_steps reached"
+            self._log_eval(metrics)
+            self.save()
+            barrier(self.dist)
+        except KeyboardInterrupt:
+            st.stop_reason = "interrupted (Ctrl-C)"
+            self.optimizer.zero_grad(set_to_none=True)
+            saved = self.save()
+            if bar is not None:
+                bar.write(f"interrupted at step {st.step}; checkpoint saved to {saved}")
+        finally:
+            if bar is not None:
+                bar.close()
+            metrics.close()
+        return st
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.state.tokens_seen / max(self.state.train_time_s, 1e-9)
+
+
+def _format_eval(result: dict) -> str:
+    parts = [f"val loss {result['loss']:.4f}"]
+    if "bits_per_byte" in result:
+        parts.append(f"bpb {result['bits_per_byte']:.3f}")
+    parts.append(f"acc {result['acc']:.4f}")
+    return ", ".join(parts)
