@@ -1,0 +1,144 @@
+"""Synthetic tasks: determinism, invariants (spec R4), label convention converted exactly once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from slmlab.data.tasks import IGNORE_INDEX, MQAR, DistanceRetrieval, parse_task_spec, to_hf_labels
+from slmlab.data.tasks.distance import FILLER, KEYS, QUERY, STORE, VALUES
+from slmlab.models.base import causal_lm_loss
+
+SMALL_MQAR = dict(V=256, T=64, N=8, n_train=10, n_test=10)
+SMALL_T7 = dict(T=64, distance=40, D=3, n_train=10, n_test=10)
+
+
+@pytest.mark.parametrize("task", [MQAR(**SMALL_MQAR), MQAR(**SMALL_MQAR, filler="random"), DistanceRetrieval(**SMALL_T7)])
+def test_generators_are_deterministic_per_seed_and_split(task):
+    a, b = task.make(50, 3, "train"), task.make(50, 3, "train")
+    for x, y in [(a.inputs, b.inputs), (a.labels, b.labels), (a.retrieval_positions, b.retrieval_positions)]:
+        assert x.tobytes() == y.tobytes()
+    assert not np.array_equal(a.inputs, task.make(50, 3, "test").inputs)
+    assert not np.array_equal(a.inputs, task.make(50, 4, "train").inputs)
+    assert np.array_equal(task.make(50, 3, "train", chunk_rows=7).inputs, task.make(50, 3, "train", chunk_rows=7).inputs)
+
+
+@pytest.mark.parametrize("task", [MQAR(**SMALL_MQAR), DistanceRetrieval(**SMALL_T7)])
+def test_scored_positions_are_the_retrieval_positions(task):
+    b = task.make(200, 0, "train")
+    rows, cols = np.nonzero(b.scored)
+    assert np.array_equal(np.sort(cols.reshape(len(b.inputs), -1), axis=1), b.retrieval_positions)
+    assert (b.retrieval_positions <= task.seq_len - 2).all()  # the last position is never scored
+    assert b.inputs.min() >= 0 and b.inputs.max() < task.vocab_size
+
+
+@pytest.mark.parametrize("filler", ["zero", "random"])
+def test_mqar_invariants(filler):
+    task = MQAR(**SMALL_MQAR, filler=filler)
+    V, T, N = task.V, task.T, task.N
+    b = task.make(300, 0, "train")
+    for x, y, q in zip(b.inputs, b.labels, b.retrieval_positions):
+        keys, values = x[0 : 2 * N : 2], x[1 : 2 * N : 2]
+        assert len(set(keys)) == N and ((keys >= 1) & (keys < V // 2)).all()
+        assert len(set(values)) == N and ((values >= V // 2) & (values < V)).all()
+        pair = dict(zip(keys, values))
+        assert ((q - 2 * N) % 2 == 0).all() and (q >= 2 * N).all()
+        assert sorted(x[q]) == sorted(keys)  # each key queried exactly once
+        assert all(y[p] == pair[x[p]] for p in q)
+        if filler == "zero":
+            rest = np.setdiff1d(np.arange(2 * N, T), q)
+            assert (x[rest] == 0).all()
+    if filler == "random":
+        assert (b.inputs[:, 2 * N :] != 0).mean() > 0.5
+
+
+def test_mqar_queries_cluster_early_with_power_a():
+    b = MQAR(V=1024, T=256, N=4, n_train=10, n_test=10).make(500, 0, "train")
+    gaps = (b.retrieval_positions - 8) // 2
+    uniform = MQAR(V=1024, T=256, N=4, power_a=1.0, n_train=10, n_test=10).make(500, 0, "train")
+    assert gaps.mean() < ((uniform.retrieval_positions - 8) // 2).mean() / 2
+
+
+def test_distance_retrieval_invariants():
+    task = DistanceRetrieval(**SMALL_T7)
+    b = task.make(300, 0, "train")
+    for x, y, (q,), d in zip(b.inputs, b.labels, b.retrieval_positions, b.meta["distance"]):
+        kpos = q - d
+        assert d == 40 and x[kpos - 1] == STORE and x[q - 1] == QUERY and x[q] == x[kpos]
+        assert y[q] == x[kpos + 1] and VALUES[0] <= y[q] < VALUES[1]
+        stores = np.flatnonzero(x == STORE)
+        assert len(stores) == task.D + 1 and (stores < q - 1).all()
+        store_keys = x[stores + 1]
+        assert len(set(store_keys)) == task.D + 1 and ((store_keys >= KEYS[0]) & (store_keys < KEYS[1])).all()
+        assert (x == QUERY).sum() == 1
+        special = np.zeros(len(x), dtype=bool)
+        special[np.concatenate([stores, stores + 1, stores + 2, [q - 1, q]])] = True
+        assert ((x[~special] >= FILLER[0]) & (x[~special] < FILLER[1])).all()  # filler never mimics a needle
+
+
+def test_distance_retrieval_variants():
+    b = DistanceRetrieval(**SMALL_T7, query_layout="key_then_marker").make(50, 0, "train")
+    q = b.retrieval_positions[:, 0]
+    rows = np.arange(50)
+    assert (b.inputs[rows, q] == QUERY).all() and (b.inputs[rows, q - 1] >= KEYS[0]).all()
+    v = DistanceRetrieval(**{**SMALL_T7, "distance": 10, "D": 1}, max_distance=50).make(400, 0, "train")
+    assert v.meta["distance"].min() == 10 and v.meta["distance"].max() == 50
+    assert np.array_equal(v.meta["group"], v.meta["distance"])
+
+
+def test_label_conversion_on_a_hand_built_example():
+    # Spec convention: the prediction made AT position 2 must be token 7.
+    inputs = torch.tensor([[3, 4, 5, 6]])
+    spec_labels = np.array([[IGNORE_INDEX, IGNORE_INDEX, 7, IGNORE_INDEX]])
+    hf = torch.from_numpy(to_hf_labels(spec_labels))
+    assert hf.tolist() == [[IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, 7]]
+    # A "model" that outputs 7 only at position 2 (one-hot logits) has ~0 loss under the
+    # library's shift-inside loss; one that outputs it at position 3 (shifted twice) does not.
+    right = torch.full((1, 4, 10), -20.0)
+    right[0, 2, 7] = 20.0
+    wrong = torch.full((1, 4, 10), -20.0)
+    wrong[0, 2, 5] = 20.0  # at position 2 it copies the input token
+    wrong[0, 3, 7] = 20.0
+    assert causal_lm_loss(right, hf).item() < 1e-6
+    assert causal_lm_loss(wrong, hf).item() > 10
+    assert inputs.shape == hf.shape
+
+
+def test_to_hf_labels_refuses_a_scored_last_position():
+    with pytest.raises(ValueError, match="last position"):
+        to_hf_labels(np.array([[IGNORE_INDEX, 5]]))
+
+
+def test_spec_parsing_settings_and_overrides():
+    cpu = parse_task_spec("mqar:cpu")
+    assert (cpu.V, cpu.T, cpu.N, cpu.filler, cpu.n_train, cpu.n_test) == (1024, 64, 4, "zero", 20_000, 1_000)
+    assert parse_task_spec("mqar") == MQAR(**MQAR.settings["gpu"])
+    assert parse_task_spec("t1:cpu,T=128,N=8").T == 128
+    t7 = parse_task_spec("t7:cpu")
+    assert (t7.T, t7.distance, t7.D, t7.n_train, t7.n_test, t7.vocab_size) == (128, 96, 2, 8_000, 500, 256)
+    assert parse_task_spec("t7").T == 1024 and parse_task_spec("t7:cpu,max_distance=none").max_distance is None
+    assert parse_task_spec("shakespeare") is None
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("mqar:laptop", "unknown setting 'laptop'"),
+        ("mqar:cpu,K=3", "has no field 'K'"),
+        ("mqar:cpu,T=abc", "expected an integer"),
+        ("mqar:cpu,T=63", "T must be a positive even integer"),
+        ("mqar:cpu,V=64", "V must be even and > T"),
+        ("mqar:cpu,N=17", "4N <= T"),
+        ("mqar:cpu,filler=ones", "filler must be one of"),
+        ("mqar:cpu,n_train=0", "n_train must be a positive integer"),
+        ("t7:cpu,distance=2", "distance must be >= 3"),
+        ("t7:cpu,distance=126", "does not fit in T=128"),
+        ("t7:cpu,max_distance=50", "must be >= distance"),
+        ("t7:cpu,D=40", "do not fit before a query"),
+        ("t7:cpu,query_layout=sideways", "query_layout must be one of"),
+    ],
+)
+def test_invalid_configs_name_the_field(spec, match):
+    with pytest.raises(ValueError, match=match):
+        parse_task_spec(spec)
