@@ -1,0 +1,180 @@
+"""PGSM configuration (seed 001): every field of the seed's ``PGSMConfig``, as a transformers config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PretrainedConfig
+
+from .presets import SIZE_PRESETS
+
+ROPE_LAYOUTS = ("rotate_half", "seed")
+
+
+class PGSMConfig(PretrainedConfig):
+    """Parallel Geometric State Model with an optional query-only sparse RoPE retriever.
+
+    Every field of the seed's ``PGSMConfig`` is accepted under its own name and default; the
+    transformers names (``hidden_size``, ``num_hidden_layers``, ``intermediate_size``,
+    ``max_position_embeddings``, ``initializer_range``) are aliases of the same values.
+
+    Args:
+        vocab_size: 256.
+        block_size: longest sequence (cached + new tokens) the model accepts (1024).
+        dim: model width ``D`` (192).
+        layers: number of backbone blocks (3).
+        hidden: inner width of the SiLU-gated MLP (384).
+        kernel_size: causal depthwise conv width ``K`` (17).
+        dropout: dropout on the two residual branches of a block (0.0).
+        use_sparse_retrieval: build the retriever (and the post-retrieval block) (True).
+        retrieval_dim: width of the retriever's Q/K/V (512); divisible by ``retrieval_heads``, and the
+            head dimension must be even for RoPE.
+        retrieval_heads: 4.
+        retrieval_dropout: dropout on the retrieval attention weights (0.0).
+        query_token_id: token id that marks a query (None).
+        auto_retrieve_on_query_token: without explicit positions, retrieve at the last query token of
+            each row (or its last token when the row has none) (False).
+        retrieve_at_last_token_if_unspecified: without explicit positions (and without auto
+            detection), retrieve at the last token of every forward call (False).
+        tie_weights: share the embedding table with the LM head (True).
+        use_post_retrieval_block: one more backbone block after the retriever (True).
+        ignore_index: label ignored by the loss (-100).
+        init_std: std of the normal init of Linear/Embedding weights (0.02).
+        rope_layout: how the retriever pairs RoPE channels. ``"rotate_half"`` (default) is a true
+            rotation of channel pairs ``(j, j + d/2)`` by ``p·θ_j``. ``"seed"`` reproduces the seed
+            exactly (for its checkpoints): it pairs ``(2j, 2j+1)`` but turns the two members by
+            different frequencies, which is not a rotation (norms change by 0.86-1.09 on a random
+            input) and makes scores depend on absolute, not only relative, positions.
+        use_cache: return a decoding cache from ``forward`` by default (True).
+    """
+
+    model_type = "slm_pgsm"
+    attribute_map = {
+        "hidden_size": "dim",
+        "num_hidden_layers": "layers",
+        "intermediate_size": "hidden",
+        "max_position_embeddings": "block_size",
+        "initializer_range": "init_std",
+    }
+
+    def __init__(
+        self,
+        vocab_size: int = 256,
+        block_size: int = 1024,
+        dim: int = 192,
+        layers: int = 3,
+        hidden: int = 384,
+        kernel_size: int = 17,
+        dropout: float = 0.0,
+        use_sparse_retrieval: bool = True,
+        retrieval_dim: int = 512,
+        retrieval_heads: int = 4,
+        retrieval_dropout: float = 0.0,
+        query_token_id: int | None = None,
+        auto_retrieve_on_query_token: bool = False,
+        retrieve_at_last_token_if_unspecified: bool = False,
+        tie_weights: bool = True,
+        use_post_retrieval_block: bool = True,
+        ignore_index: int = -100,
+        init_std: float = 0.02,
+        rope_layout: str = "rotate_half",
+        use_cache: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.block_size = block_size
+        self.dim = dim
+        self.layers = layers
+        self.hidden = hidden
+        self.kernel_size = kernel_size
+        self.dropout = dropout
+        self.use_sparse_retrieval = use_sparse_retrieval
+        self.retrieval_dim = retrieval_dim
+        self.retrieval_heads = retrieval_heads
+        self.retrieval_dropout = retrieval_dropout
+        self.query_token_id = query_token_id
+        self.auto_retrieve_on_query_token = auto_retrieve_on_query_token
+        self.retrieve_at_last_token_if_unspecified = retrieve_at_last_token_if_unspecified
+        self.tie_weights = tie_weights
+        self.use_post_retrieval_block = use_post_retrieval_block
+        self.ignore_index = ignore_index
+        self.init_std = init_std
+        self.rope_layout = rope_layout
+        self.use_cache = use_cache
+        self._validate()
+        kwargs.pop("tie_word_embeddings", None)
+        super().__init__(tie_word_embeddings=tie_weights, **kwargs)
+
+    def _validate(self) -> None:
+        for name in ("vocab_size", "block_size", "dim", "layers", "hidden", "kernel_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("dropout", "retrieval_dropout"):
+            if not 0.0 <= float(getattr(self, name)) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.rope_layout not in ROPE_LAYOUTS:
+            raise ValueError(f"rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
+        if self.query_token_id is not None and not 0 <= int(self.query_token_id) < self.vocab_size:
+            raise ValueError(f"query_token_id={self.query_token_id!r} is outside the vocabulary [0, {self.vocab_size})")
+        if self.use_sparse_retrieval:
+            # The seed raises these when it builds its retriever (only when retrieval is on).
+            if self.retrieval_heads <= 0 or self.retrieval_dim <= 0:
+                raise ValueError(
+                    f"retrieval_dim and retrieval_heads must be positive, got {self.retrieval_dim!r}, {self.retrieval_heads!r}"
+                )
+            if self.retrieval_dim % self.retrieval_heads != 0:
+                raise ValueError(
+                    "retrieval_dim must be divisible by retrieval_heads "
+                    f"(retrieval_dim={self.retrieval_dim}, retrieval_heads={self.retrieval_heads})"
+                )
+            if (self.retrieval_dim // self.retrieval_heads) % 2 != 0:
+                raise ValueError(
+                    "retrieval_dim / retrieval_heads must be even for RoPE "
+                    f"(retrieval_dim={self.retrieval_dim}, retrieval_heads={self.retrieval_heads})"
+                )
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head width of the retriever."""
+        return self.retrieval_dim // self.retrieval_heads
+
+    @classmethod
+    def from_size(cls, size: str, vocab_size: int = 256, block_size: int | None = None, **overrides: Any) -> "PGSMConfig":
+        """A named size (``tiny``/``small``/``medium``/``large``) with the seed's override semantics:
+        the preset's values first, then ``vocab_size``/``block_size``, then ``overrides`` (which must
+        name config fields)."""
+        key = size.lower().strip()
+        if key not in SIZE_PRESETS:
+            raise ValueError(f"Unknown model size: {size!r}. Use tiny, small, medium, or large.")
+        unknown = sorted(set(overrides) - set(_FIELDS))
+        if unknown:
+            raise TypeError(f"unknown PGSMConfig field(s) {unknown}; known fields: {sorted(_FIELDS)}")
+        values = dict(SIZE_PRESETS[key], vocab_size=vocab_size)
+        if block_size is not None:
+            values["block_size"] = block_size
+        return cls(**{**values, **overrides})
+
+    @classmethod
+    def tiny(cls, vocab_size: int = 256, block_size: int = 512, **overrides: Any) -> "PGSMConfig":
+        return cls.from_size("tiny", vocab_size, block_size, **overrides)
+
+    @classmethod
+    def small(cls, vocab_size: int = 256, block_size: int = 1024, **overrides: Any) -> "PGSMConfig":
+        return cls.from_size("small", vocab_size, block_size, **overrides)
+
+    @classmethod
+    def medium(cls, vocab_size: int, block_size: int = 2048, **overrides: Any) -> "PGSMConfig":
+        return cls.from_size("medium", vocab_size, block_size, **overrides)
+
+    @classmethod
+    def large(cls, vocab_size: int, block_size: int = 4096, **overrides: Any) -> "PGSMConfig":
+        return cls.from_size("large", vocab_size, block_size, **overrides)
+
+
+_FIELDS = (
+    "vocab_size", "block_size", "dim", "layers", "hidden", "kernel_size", "dropout", "use_sparse_retrieval",
+    "retrieval_dim", "retrieval_heads", "retrieval_dropout", "query_token_id", "auto_retrieve_on_query_token",
+    "retrieve_at_last_token_if_unspecified", "tie_weights", "use_post_retrieval_block", "ignore_index", "init_std",
+    "rope_layout", "use_cache",
+)

@@ -1,0 +1,314 @@
+"""PGSM (seed 001) as a transformers causal LM: conv backbone + query-only sparse RoPE retrieval.
+
+``PGSMModel`` keeps the seed's module names (``token_emb``, ``blocks``, ``retriever``,
+``post_retrieval_block``, ``final_norm``), so a seed state_dict maps onto ``PGSMForCausalLM`` by
+prefixing ``model.`` (:func:`convert_seed_state_dict`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from ...layers import CausalDepthwiseConv1d, ConvState, KVState, ModelCache, TensorState
+from ...layers.masks import position_ids_from_mask
+from ..base import SLMPreTrainedModel, causal_lm_loss, resolve_cache_arg, validate_embeds, validate_input_ids
+from .blocks import IdentityBlock, ParallelGeometricBlock
+from .configuration_pgsm import PGSMConfig
+from .positions import resolve_retrieval_positions
+from .retriever import QueryOnlyRoPERetriever
+
+
+class PGSMPreTrainedModel(SLMPreTrainedModel):
+    config_class = PGSMConfig
+    _no_split_modules = ["ParallelGeometricBlock"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """The seed's init: Linear/Embedding ~ N(0, init_std) with zero biases (the base class),
+        LayerNorm ones/zeros, and the convs keep PyTorch's default ``Conv1d`` init as in the seed."""
+        if isinstance(module, CausalDepthwiseConv1d):
+            init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+            if module.bias is not None:
+                bound = 1.0 / math.sqrt(module.weight.shape[1] * module.weight.shape[2])
+                init.uniform_(module.bias, -bound, bound)
+            return
+        super()._init_weights(module)
+
+
+class PGSMModel(PGSMPreTrainedModel):
+    """Embedding, backbone blocks, optional retriever + post-retrieval block, final LayerNorm."""
+
+    def __init__(self, config: PGSMConfig) -> None:
+        super().__init__(config)
+        self.token_emb = nn.Embedding(config.vocab_size, config.dim)
+        self.blocks = nn.ModuleList(
+            ParallelGeometricBlock(config.dim, config.hidden, config.kernel_size, config.dropout) for _ in range(config.layers)
+        )
+        self.retriever = None
+        self.post_retrieval_block = None
+        if config.use_sparse_retrieval:
+            self.retriever = QueryOnlyRoPERetriever(
+                config.dim,
+                config.retrieval_dim,
+                config.retrieval_heads,
+                config.retrieval_dropout,
+                config.rope_layout,
+                config.block_size,
+            )
+            self.post_retrieval_block = (
+                ParallelGeometricBlock(config.dim, config.hidden, config.kernel_size, config.dropout)
+                if config.use_post_retrieval_block
+                else IdentityBlock()
+            )
+        self.final_norm = nn.LayerNorm(config.dim)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.token_emb
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.token_emb = value
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        """Per block a :class:`ConvState`; with retrieval also the retriever's :class:`KVState`, the
+        post-retrieval block's :class:`ConvState`, and ``extra["retrieval"].active`` (fixed by the
+        first call: whether the retriever runs for this sequence)."""
+        states = [ConvState() for _ in self.blocks]
+        if self.retriever is None:
+            return ModelCache(states)
+        return ModelCache(states + [KVState(), ConvState()], extra={"retrieval": TensorState()})
+
+    def _retrieval_for_call(self, positions, cache, past, batch, device):
+        """Keep retrieval on or off consistently across the calls that share a cache."""
+        if cache is None or self.retriever is None:
+            return positions
+        mode = cache.extra["retrieval"]
+        active = getattr(mode, "active", None)
+        if active is None or past == 0:
+            mode.active = positions is not None
+        elif positions is not None and not active:
+            raise ValueError(
+                "retrieval_positions were given, but the cached prefix was run without retrieval; pass them (or enable"
+                " a retrieval mode) from the first forward call of the sequence"
+            )
+        elif positions is None and active:
+            positions = torch.full((batch, 0), -1, dtype=torch.long, device=device)
+        return positions
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        retrieval_positions: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """Args:
+            input_ids: ``[B, T]`` (or ``inputs_embeds [B, T, D]``).
+            attention_mask: ``[B, past + T]``, 1 = real token (left padding).
+            position_ids: ``[B, T]`` RoPE positions of the retriever (default: counted over real tokens).
+            cache: a :class:`ModelCache` from an earlier call (built here when ``use_cache``).
+            retrieval_positions: ``[B]`` or ``[B, Q]`` column indices (``-1`` pads) where the
+                retriever reads; overrides the config's automatic modes. With a cache they are
+                remembered: each is applied by the call that processes its token, whether the caller
+                passes them once (prefill) or at every step (``generate()``).
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        cache = resolve_cache_arg(cache, past_key_values)
+        # decoding (a cache passed in, or use_cache=True asked for explicitly, as generate() does) may
+        # name positions of tokens still to come; a plain forward (training) must not
+        decoding = cache is not None or use_cache is True
+        if input_ids is not None:
+            validate_input_ids(input_ids, self.config.vocab_size)
+            inputs_embeds = self.token_emb(input_ids)
+        else:
+            validate_embeds(inputs_embeds, self.config.dim)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = self.new_cache()
+        b, t, _ = inputs_embeds.shape
+        past = cache.seen_tokens if cache is not None else 0
+        if past + t > self.config.block_size:
+            raise ValueError(
+                f"Input length {past + t} exceeds config.block_size={self.config.block_size} (cached + new tokens); "
+                "shorten the input or build the model with a larger block_size"
+            )
+        if attention_mask is not None and attention_mask.shape != (b, past + t):
+            raise ValueError(
+                f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
+            )
+        device = inputs_embeds.device
+        key_mask = attention_mask.bool() if attention_mask is not None else None
+        keep = (
+            key_mask[:, -t:, None].to(inputs_embeds.dtype)
+            if key_mask is not None
+            else inputs_embeds.new_ones(b, t, 1)
+        )
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask, past, t, b, device)
+
+        x = inputs_embeds
+        for i, block in enumerate(self.blocks):
+            x = block(x, keep, cache[i] if cache is not None else None)
+
+        mode = cache.extra.get("retrieval") if cache is not None else None
+        if mode is not None and past == 0:
+            mode.positions = None
+        if mode is not None and retrieval_positions is None:
+            retrieval_positions = getattr(mode, "positions", None)  # given once at prefill (the lean loop)
+        limit = self.config.block_size if decoding and cache is not None else past + t
+        positions = resolve_retrieval_positions(
+            self.config, retrieval_positions, input_ids, attention_mask, past, b, t, device, limit
+        )
+        if mode is not None and retrieval_positions is not None:
+            mode.positions = positions
+        positions = self._retrieval_for_call(positions, cache, past, b, device)
+        if positions is not None:
+            n = len(self.blocks)
+            x = self.retriever(x, positions, position_ids, key_mask, past, cache[n] if cache is not None else None)
+            x = self.post_retrieval_block(x, keep, cache[n + 1] if cache is not None else None)
+        if cache is not None:
+            cache.seen_tokens += t
+        return BaseModelOutputWithPast(last_hidden_state=self.final_norm(x), cache=cache if use_cache else None)
+
+
+class PGSMForCausalLM(PGSMPreTrainedModel, GenerationMixin):
+    """PGSM with an LM head (tied to the embedding table when ``tie_weights``).
+
+    ``labels`` follow transformers (aligned with the inputs, shifted inside, ``-100`` ignored);
+    :meth:`seed_forward` keeps the seed's ``(logits, loss)`` call with pre-shifted labels.
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.token_emb.weight"}
+
+    def __init__(self, config: PGSMConfig) -> None:
+        super().__init__(config)
+        self.model = PGSMModel(config)
+        self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.token_emb
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.token_emb = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        return self.model.new_cache(batch_size)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        logits_to_keep: int = 0,
+        retrieval_positions: torch.Tensor | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            past_key_values=past_key_values,
+            retrieval_positions=retrieval_positions,
+        )
+        hidden = out.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = self.lm_head(hidden)
+        loss = causal_lm_loss(logits, labels, self.config.ignore_index) if labels is not None else None
+        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
+        return result if return_dict is not False else result.to_tuple()
+
+    def seed_forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        retrieval_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The seed's call ``logits, loss = model(input_ids, labels, retrieval_positions)``: no
+        cache, and ``labels`` are already the next-token targets of each position (not shifted)."""
+        logits = self(input_ids=input_ids, retrieval_positions=retrieval_positions, use_cache=False).logits
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=self.config.ignore_index
+            )
+        return logits, loss
+
+
+def build_pgsm_model(size: str = "small", vocab_size: int = 256, block_size: int = 1024, **overrides) -> PGSMForCausalLM:
+    """The seed's factory: a named size (tiny/small/medium/large) plus overrides -> a model."""
+    return PGSMForCausalLM(PGSMConfig.from_size(size, vocab_size, block_size, **overrides))
+
+
+def convert_seed_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Map a state_dict of the seed's ``PGSMSparseRoPELM`` onto :class:`PGSMForCausalLM` names.
+
+    The seed keeps its modules at the top level; ours nest them under ``model.`` with the same
+    names. ``lm_head.weight`` keeps its name. Load the result into a model whose config has
+    ``rope_layout="seed"`` (see :func:`config_from_seed`) to reproduce the seed's logits.
+    """
+    out = {}
+    for name, tensor in state_dict.items():
+        if name.startswith("retriever.rope."):
+            continue  # the seed's non-persistent RoPE tables, should they have been saved
+        out[name if name == "lm_head.weight" else "model." + name] = tensor
+    return out
+
+
+def config_from_seed(seed_config: dict, **overrides) -> PGSMConfig:
+    """A :class:`PGSMConfig` from the seed config's ``to_dict()``, with the seed's RoPE layout."""
+    return PGSMConfig(**{**seed_config, "rope_layout": "seed", **overrides})
+
+
+def audit_parameters(model: PGSMForCausalLM) -> dict[str, int]:
+    """Parameter budget by part (shared tensors counted once), in print order."""
+    inner = model.model
+
+    def count(module) -> int:
+        return sum(p.numel() for p in module.parameters()) if module is not None else 0
+
+    embed = inner.token_emb.weight.numel()
+    tied = model.lm_head.weight is inner.token_emb.weight
+    rows = {("Tied embedding table" if tied else "Embedding table"): embed}
+    if not tied:
+        rows["LM head (untied)"] = model.lm_head.weight.numel()
+    rows.update(
+        {
+            "Backbone blocks": count(inner.blocks),
+            "Retriever": count(inner.retriever),
+            "Post-retrieval block": count(inner.post_retrieval_block),
+            "Final norm": count(inner.final_norm),
+        }
+    )
+    total = sum(p.numel() for p in model.parameters())
+    rows["Unique (without embedding table)"] = total - embed
+    rows["Total"] = total
+    return rows
