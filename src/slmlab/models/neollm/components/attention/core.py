@@ -1,0 +1,83 @@
+"""Attention core of a NeoLLM layer (A§4.12 with the IHA layout of A§4.3): cache append, masks,
+``F.scaled_dot_product_attention``, ``attention_dropout``.
+
+Scores ``s_ij = q_i·k_j / √D``; query head ``h`` reads KV head ``h // G`` (GQA through
+``enable_gqa``, no copies). Pseudo-tokens ``(t, p)`` sit at index ``t·P + p``; visibility is
+token-level: ``(t, p)`` sees ``(s, p')`` iff token ``s`` is visible to token ``t`` (causal, padding,
+and on local 'L' layers ``t − s < W``). One boolean SDPA mask carries all of it, so training with
+``attention_dropout`` uses SDPA's own ``dropout_p`` (FlexAttention has none, A§2).
+
+IHA window [I] (A§4.3 freeze rule): an int ``iha_sliding_window`` wins; otherwise the window stored
+in the layer state; otherwise ``max(1, T // (2P²))`` of this call, which a cached call stores so that
+every later decoding step reuses it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .....layers.attention import sdpa
+from .....layers.masks import AttentionBias, causal_bias
+
+
+class AttentionCore(nn.Module):
+    """Args:
+        pseudo_heads: ``P_eff`` of this layer (1 on non-IHA and "mix" layers).
+        local: this is a local 'L' IHA layer (sliding window).
+        window: ``iha_sliding_window`` (int) or None (automatic, frozen by the cache).
+        dropout: ``attention_dropout`` on the probabilities, training only.
+    Shapes:
+        q ``[B, T, H, P, D]``, k, v ``[B, T, H_kv, P, D]``, attention_mask ``[B, past + T]`` or None
+        -> o ``[B, T, H, P, D]``.
+    """
+
+    def __init__(self, pseudo_heads: int, local: bool, window: int | None, dropout: float) -> None:
+        super().__init__()
+        self.pseudo_heads = pseudo_heads
+        self.local = local
+        self.window = window
+        self.dropout = float(dropout)
+
+    def resolve_window(self, q_len: int, state) -> int | None:
+        """The window ``W`` this call uses (None on global layers)."""
+        if not self.local:
+            return None
+        if self.window is not None:
+            return int(self.window)
+        if state is not None and state.window is not None:
+            return state.window
+        w = max(1, q_len // (2 * self.pseudo_heads**2))
+        if state is not None:
+            state.window = w
+        return w
+
+    def bias(self, attention_mask, q_len: int, kv_len: int, window: int | None, device) -> AttentionBias:
+        """Token-level causal/window/padding bias, expanded to the interleaved pseudo-tokens."""
+        bias = causal_bias(attention_mask, q_len, kv_len, device, sliding_window=window)
+        p = self.pseudo_heads
+        if p == 1:
+            return bias
+        mask = bias.mask
+        if mask is None:  # plain causal (or one query seeing everything): make it explicit
+            q_pos = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]
+            mask = (torch.arange(kv_len, device=device)[None, :] <= q_pos)[None, None]
+        mask = mask.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)
+        return AttentionBias(mask, False)
+
+    def forward(self, q, k, v, attention_mask=None, state=None):
+        b, t, h, p, d = q.shape
+        qs = q.permute(0, 2, 1, 3, 4).reshape(b, h, t * p, d)
+        ks = k.permute(0, 2, 1, 3, 4).reshape(b, k.shape[2], t * p, d)
+        vs = v.permute(0, 2, 1, 3, 4).reshape(b, v.shape[2], t * p, d)
+        if state is not None:
+            ks, vs = state.update(ks, vs)
+        window = self.resolve_window(t, state)
+        if attention_mask is not None and attention_mask.shape[-1] < ks.shape[2] // p:
+            raise ValueError(
+                f"attention_mask covers {attention_mask.shape[-1]} tokens but the layer holds {ks.shape[2] // p} "
+                "(cached + new); pass the full 2-D mask over past and current tokens"
+            )
+        bias = self.bias(attention_mask, t, ks.shape[2] // p, window, q.device)
+        out = sdpa(qs, ks, vs, bias, self.dropout if self.training else 0.0)
+        return out.view(b, h, t, p, d).permute(0, 2, 1, 3, 4)

@@ -1,0 +1,40 @@
+"""Exclusive Self Attention (Zhai, "Exclusive Self Attention", arXiv 2603.09078), A§4.14.
+
+Each head's output loses its component along the token's own value:
+``z_{t,h} = y_{t,h} − (y_{t,h}·v_ref)/(‖v_ref‖² + ε) · v_ref`` with ``v_ref = v_raw[t, h // G]``,
+the ``v_proj`` output (after the FAN value-residual hook) while MEA and LUCID are off. fp32, no
+parameters, nothing cached.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ExclusiveSelfAttention(nn.Module):
+    """Args:
+        num_heads: ``H``; num_kv_heads: ``H_kv`` (``G = H / H_kv`` heads share a ``v_ref``).
+        eps: ``xsa_eps``.
+    Shapes:
+        o ``[B, T, H, D]``, v_ref ``[B, T, H_kv, D]`` -> ``[B, T, H, D]``.
+    """
+
+    def __init__(self, num_heads: int, num_kv_heads: int, eps: float) -> None:
+        super().__init__()
+        self.groups = num_heads // num_kv_heads
+        self.eps = float(eps)
+
+    def forward(self, o: torch.Tensor, v_ref: torch.Tensor) -> torch.Tensor:
+        b, t, h, d = o.shape
+        y = o.float().view(b, t, h // self.groups, self.groups, d)
+        v = v_ref.float().unsqueeze(3)
+        coef = (y * v).sum(-1, keepdim=True) / (v.pow(2).sum(-1, keepdim=True) + self.eps)
+        return (y - coef * v).view(b, t, h, d).to(o.dtype)
+
+
+class NoXSA(nn.Module):
+    """The "off" switch."""
+
+    def forward(self, o: torch.Tensor, v_ref: torch.Tensor) -> torch.Tensor:
+        return o
