@@ -18,7 +18,6 @@ UNBUILT_FLAGS = (
     "use_laurel",
     "use_attn_res",
     "use_stack_memory",
-    "use_fan_residual",
     "use_lns",
     "use_gpas",
     "use_token_generator",

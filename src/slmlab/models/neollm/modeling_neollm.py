@@ -1,0 +1,340 @@
+"""NeoLLM (seed 000) as a transformers causal LM, assembled from one module per mechanism.
+
+Forward with the default flags (``neollm-overview.md`` §a)::
+
+    e = ½(W_E[ids] + Spell(ids))                    # Spelling Bee (R§9.3)
+    x = y = e                                       # SiameseNorm streams (R§5.1)
+    per layer l:  x ← RMSNorm_ax(x); u = RMSNorm_ai(s ⊙ x + RMSNorm_ay(y))
+                  a = Dropout(Attn_l(u));           x ← x + a / c_l;  y ← y + a
+                  x ← RMSNorm_mx(x); u = RMSNorm_mi(x + RMSNorm_my(y))
+                  m = MLP_l(u);                     x ← x + m / c_l;  y ← y + m
+    logits = lm_head(RMSNorm_f(RMSNorm_fx(x) + RMSNorm_fy(y)))
+
+Every switch picks a module once in ``__init__`` (``components/build.py`` for this side,
+``components/attention`` for the attention block); the decoder layer's ``forward`` only composes
+them. The only cross-time state is each attention layer's own :class:`LayerState` in the
+:class:`ModelCache`; everything else here is position-wise, so decoding equals the full forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from ...layers import ModelCache
+from ...layers.masks import position_ids_from_mask
+from ..base import SLMPreTrainedModel, resolve_cache_arg, validate_embeds, validate_input_ids, validate_length
+from .components import build_mlp, build_readout, build_residual, build_spelling_bee, check_built
+from .components.attention import NeoLLMAttention
+from .configuration_neollm import NeoLLMConfig
+
+
+class NeoLLMDecoderLayer(nn.Module):
+    """One decoder layer: residual flow (SiameseNorm or pre-norm), attention, dropout, MLP.
+
+    Args:
+        config: the model config; ``layer_idx``: this layer's index ``l``.
+    Shapes:
+        streams: tuple of ``[B, T, D]`` (``(x, y)`` for SiameseNorm); position_ids ``[B, T]``;
+        attention_mask ``[B, past + T]`` or None. Returns the new streams and the FAN value-residual
+        side channel ``v0`` (None unless ``use_fan_residual``).
+    """
+
+    def __init__(self, config: NeoLLMConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.residual = build_residual(config, layer_idx)
+        self.self_attn = NeoLLMAttention(config, layer_idx)
+        self.dropout = nn.Dropout(config.dropout_rate)  # on the attention block output (R§4.2)
+        self.mlp = build_mlp(config)
+
+    def forward(self, streams, position_ids, attention_mask, state=None, v0=None):
+        streams, u = self.residual.attn_input(streams)
+        a, v0 = self.self_attn(u, position_ids, attention_mask, state=state, v0=v0)
+        streams = self.residual.add(streams, self.dropout(a))
+        streams, u = self.residual.mlp_input(streams)
+        streams = self.residual.add(streams, self.mlp(u))
+        return streams, v0
+
+
+class NeoLLMPreTrainedModel(SLMPreTrainedModel):
+    """Shared init: truncated normal (±2σ, σ = ``initializer_range``) for every matrix and table,
+    RMSNorm weights 1, and the special inits of the specs (multipliers 1, xIELU scalars, the
+    SiameseNorm ``s``, the attention side's identity inits) through each module's
+    ``reset_parameters_with(init_module)``; everything goes through ``transformers.initialization``
+    so weights loaded by ``from_pretrained`` are never overwritten."""
+
+    config_class = NeoLLMConfig
+    _no_split_modules = ["NeoLLMDecoderLayer"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+            if hasattr(module, "reset_multipliers"):
+                module.reset_multipliers(init)
+        elif hasattr(module, "reset_parameters_with"):
+            module.reset_parameters_with(init)
+        else:
+            super()._init_weights(module)
+
+
+class NeoLLMModel(NeoLLMPreTrainedModel):
+    """Embedding path, decoder stack and read-out; returns the final hidden state ``h``.
+
+    ``spelling_bee`` needs its byte table: ``model.model.spelling_bee.set_byte_table(tokenizer)``.
+    :meth:`bake_inference_table` precomputes the whole embedding path for eval.
+    """
+
+    def __init__(self, config: NeoLLMConfig) -> None:
+        super().__init__(config)
+        check_built(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.spelling_bee = build_spelling_bee(config)
+        self.layers = nn.ModuleList(NeoLLMDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.readout = build_readout(config)
+        self.register_buffer("baked_embeddings", None, persistent=False)
+        self._baked_version = -1
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+        self.drop_inference_table()
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        """One attention state per layer (K/V, momentum state, frozen IHA window)."""
+        return ModelCache([layer.self_attn.new_state() for layer in self.layers])
+
+    # -- embedding path and its baked table (R§9.3) ----------------------------------------------
+    def _table_version(self) -> int:
+        return getattr(self.spelling_bee, "table_version", 0)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``e = SpellingBee(W_E[ids], ids)``, or one lookup in the baked table (eval only)."""
+        if self.baked_embeddings is not None and not self.training and self._baked_version == self._table_version():
+            return self.baked_embeddings[input_ids]
+        return self.spelling_bee(self.embed_tokens(input_ids), input_ids)
+
+    @torch.no_grad()
+    def bake_inference_table(self, chunk_size: int = 4096) -> torch.Tensor:
+        """Precompute the final embedding of every id (``[V, D]``, a non-persistent buffer) so that
+        eval-mode forwards embed with a single lookup. Dropped by ``train()``, by a new byte table
+        and by ``load_state_dict``; it never writes into ``W_E``."""
+        rows = []
+        for start in range(0, self.config.vocab_size, chunk_size):
+            ids = torch.arange(start, min(start + chunk_size, self.config.vocab_size), device=self.embed_tokens.weight.device)
+            rows.append(self.spelling_bee(self.embed_tokens(ids[None]), ids[None])[0])
+        self.baked_embeddings = torch.cat(rows)
+        self._baked_version = self._table_version()
+        return self.baked_embeddings
+
+    def drop_inference_table(self) -> None:
+        self.baked_embeddings = None
+        self._baked_version = -1
+
+    def train(self, mode: bool = True):
+        if mode:
+            self.drop_inference_table()
+        return super().train(mode)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self.drop_inference_table()
+        return super()._load_from_state_dict(*args, **kwargs)
+
+    # -- forward ---------------------------------------------------------------------------------
+    def _check_inputs_embeds(self, inputs_embeds: torch.Tensor) -> None:
+        cfg = self.config
+        needs_ids = [f for f in ("use_spelling_bee_embeddings", "use_token_generator", "use_jtokm") if getattr(cfg, f)]
+        if needs_ids:
+            raise ValueError(f"inputs_embeds cannot be used with {', '.join(f'{f}=True' for f in needs_ids)}: these need token ids")
+        validate_embeds(inputs_embeds, cfg.hidden_size)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        cache = resolve_cache_arg(cache, past_key_values)
+        if input_ids is not None:
+            validate_input_ids(input_ids, self.config.vocab_size)
+            inputs_embeds = self.embed(input_ids)
+        else:
+            self._check_inputs_embeds(inputs_embeds)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = self.new_cache()
+        b, t, _ = inputs_embeds.shape
+        past = cache.seen_tokens if cache is not None else 0
+        validate_length(past + t, self.config.max_position_embeddings)
+        if attention_mask is not None and attention_mask.shape != (b, past + t):
+            raise ValueError(
+                f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
+            )
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask, past, t, b, inputs_embeds.device)
+        streams = self.readout.start(inputs_embeds)
+        hidden_states = [streams[-1]] if output_hidden_states else None
+        v0 = None
+        for i, layer in enumerate(self.layers):
+            streams, v0_out = layer(streams, position_ids, attention_mask, cache[i] if cache is not None else None, v0)
+            v0 = v0 if v0_out is None else v0_out  # layer 0's values feed every later layer (R§6)
+            if hidden_states is not None:
+                hidden_states.append(streams[-1])
+        if cache is not None:
+            cache.seen_tokens += t
+        h = self.readout(streams)
+        if hidden_states is not None:
+            hidden_states[-1] = h
+        return BaseModelOutputWithPast(
+            last_hidden_state=h,
+            cache=cache if use_cache else None,
+            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+        )
+
+
+def _lm_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """Shifted next-token cross entropy in fp32, ``-100`` ignored; mean over counted tokens, or the
+    sum divided by ``num_items_in_batch`` (gradient accumulation) when given."""
+    flat = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
+    target = labels[:, 1:].reshape(-1).to(logits.device)
+    if num_items_in_batch is None:
+        return F.cross_entropy(flat, target, ignore_index=-100)
+    total = F.cross_entropy(flat, target, ignore_index=-100, reduction="sum")
+    return total / torch.as_tensor(num_items_in_batch, device=total.device, dtype=total.dtype)
+
+
+class NeoLLMForCausalLM(NeoLLMPreTrainedModel, GenerationMixin):
+    """NeoLLM with an (untied by default) LM head; HF-standard forward returning
+    :class:`CausalLMOutputWithPast` with ``cache``."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: NeoLLMConfig) -> None:
+        super().__init__(config)
+        self.model = NeoLLMModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        return self.model.new_cache(batch_size)
+
+    def bake_inference_table(self, chunk_size: int = 4096) -> torch.Tensor:
+        """See :meth:`NeoLLMModel.bake_inference_table`."""
+        return self.model.bake_inference_table(chunk_size)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        logits_to_keep: int = 0,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch=None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            past_key_values=past_key_values,
+            output_hidden_states=output_hidden_states,
+        )
+        hidden = out.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = self.lm_head(hidden)
+        loss = _lm_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states)
+        return result if return_dict is not False else result.to_tuple()
+
+
+def _attention_part(name: str) -> str:
+    """``layers.N.self_attn.<part>....`` -> a readable component label."""
+    part = name.split(".self_attn.", 1)[1].split(".")[0]
+    return f"attention: {part}" + (" multipliers" if "multiplier" in name else "")
+
+
+def _mlp_part(name: str) -> str:
+    part = name.split(".mlp.", 1)[1].split(".")[0]
+    labels = {"fan": "FAN_ffn", "act_fn": "xIELU"}
+    return f"mlp: {labels.get(part, part)}" + (" multipliers" if "multiplier" in name else "")
+
+
+def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
+    """Parameter count per component (every tensor counted once), then subtotals per side and the
+    total. For the seed's defaults the total is 113,131,288 (overview §d)."""
+    rows: dict[str, int] = {}
+    sides = {"Attention total": 0, "MLP total": 0, "SiameseNorm / residual norms total": 0}
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if ".self_attn." in name:
+            key, side = _attention_part(name), "Attention total"
+        elif ".mlp." in name:
+            key, side = _mlp_part(name), "MLP total"
+        elif ".residual." in name or name.startswith("model.readout."):
+            key = "SiameseNorm / norms (read-out)" if "readout" in name else "SiameseNorm / norms (per layer)"
+            side = "SiameseNorm / residual norms total"
+        elif name.startswith("model.embed_tokens."):
+            key, side = "embedding table W_E" + (" (tied with lm_head)" if model.config.tie_word_embeddings else ""), None
+        elif name.startswith("model.spelling_bee."):
+            key, side = "Spelling Bee byte table", None
+        elif name.startswith("lm_head."):
+            key, side = "lm_head (untied)", None
+        else:
+            key, side = name.rsplit(".", 1)[0], None
+        rows[key] = rows.get(key, 0) + p.numel()
+        if side is not None:
+            sides[side] += p.numel()
+    total = sum(rows.values())
+    big = sum(v for k, v in rows.items() if k.startswith(("embedding table", "lm_head")))
+    order = ("embedding", "Spelling", "attention", "mlp", "SiameseNorm", "lm_head")
+    rank = {k: next((i for i, p in enumerate(order) if k.startswith(p)), len(order)) for k in rows}
+    rows = {k: rows[k] for k in sorted(rows, key=lambda k: rank[k])}  # stable: layer order inside a group
+    rows.update(sides)
+    rows["Without W_E and lm_head"] = total - big
+    rows["Total"] = total
+    return rows
+
+
+__all__ = ["NeoLLMDecoderLayer", "NeoLLMForCausalLM", "NeoLLMModel", "NeoLLMPreTrainedModel", "audit_parameters"]
