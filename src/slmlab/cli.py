@@ -13,6 +13,10 @@ import sys
 COMMANDS: dict[str, str] = {
     "models": "slmlab.cli:models_command",
     "audit": "slmlab.cli:audit_command",
+    "train": "slmlab.train.cli:train_command",
+    "eval": "slmlab.evaluate.cli:eval_command",
+    "generate": "slmlab.train.cli:generate_command",
+    "tokenizer": "slmlab.train.cli:tokenizer_command",
 }
 
 

@@ -19,8 +19,8 @@ def eval_command(argv: list[str]) -> int:
     import torch
     import yaml
 
-    from ..data import get_source
     from ..train.cli import _load_for_inference
+    from ..train.run import open_data
     from ..train.trainer import family_forward_inputs
     from .lm import evaluate_source
 
@@ -46,7 +46,8 @@ def eval_command(argv: list[str]) -> int:
         raise ValueError(f"{ckpt} has no tokenizer.json; evaluation needs the tokenizer the model was trained with")
     block = args.block_size or run_cfg.get("block_size") or 256
     cache = run_cfg.get("data_cache")
-    source = get_source(data, tokenizer, block, cache_dir=Path(cache) if cache else None, seed=run_cfg.get("seed", 0))
+    source = open_data(data, tokenizer, block, Path(cache) if cache else None, run_cfg.get("data_errors", "strict"),
+                       run_cfg.get("seed", 0))
     use_bf16 = dev.type == "cuda"
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else None
     result = evaluate_source(model, source, args.split, args.batch_size, args.max_batches,

@@ -95,7 +95,7 @@ def set_rng_state(states: dict[str, torch.Tensor]) -> None:
 
 @contextlib.contextmanager
 def _quiet_hf_progress():
-    """Silence transformers' "Writing model shards" bar during periodic saves (restored after)."""
+    """Silence transformers' per-file progress bars ("Writing model shards", "Loading weights")."""
     from transformers.utils import logging as hf_logging
 
     was = hf_logging.is_progress_bar_enabled()

@@ -83,13 +83,14 @@ def _load_for_inference(path: str, device: str):
 
     import slmlab  # noqa: F401  (registers the families with the Auto classes)
 
-    from .checkpoint import check_checkpoint, resolve_checkpoint
+    from .checkpoint import _quiet_hf_progress, check_checkpoint, resolve_checkpoint
     from .trainer import resolve_device
 
     ckpt = resolve_checkpoint(path)
     check_checkpoint(ckpt, need_trainer=False)
     dev = resolve_device(device)
-    model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).to(dev).eval()
+    with _quiet_hf_progress():
+        model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).to(dev).eval()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(ckpt)) if (ckpt / "tokenizer.json").is_file() else None
     return ckpt, model, tokenizer, dev
 

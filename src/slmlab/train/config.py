@@ -107,6 +107,7 @@ class RunConfig:
         out_dir: the run folder (config, checkpoints, metrics.jsonl, report).
         sample_prompt / sample_tokens / sample_temperature / sample_top_k: the report's sample.
         data_cache: cache folder for the data layer (None = its default).
+        data_errors: ``strict`` (non-UTF-8 input is an error) or ``replace`` (U+FFFD).
         ddp_find_unused: DDP ``find_unused_parameters``.
     """
 
@@ -141,6 +142,7 @@ class RunConfig:
     sample_temperature: float = 0.8
     sample_top_k: int = 50
     data_cache: str | None = None
+    data_errors: str = "strict"
     ddp_find_unused: bool = False
 
     def validate(self) -> "RunConfig":
@@ -156,6 +158,8 @@ class RunConfig:
             raise ValueError(f"max_time must be >= 0 seconds, got {self.max_time!r}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be 'auto', 'fp32' or 'bf16', got {self.precision!r}")
+        if self.data_errors not in ("strict", "replace"):
+            raise ValueError(f"data_errors must be 'strict' or 'replace', got {self.data_errors!r}")
         if not 0.0 <= self.early_stop_acc <= 1.0:
             raise ValueError(f"early_stop_acc must be in [0, 1], got {self.early_stop_acc!r}")
         if not isinstance(self.model_config, dict):

@@ -23,17 +23,30 @@ def _cache_dir(cfg: RunConfig) -> Path | None:
     return Path(cfg.data_cache) if cfg.data_cache else None
 
 
+def open_data(spec: str, tokenizer, block_size: int, cache_dir: Path | None = None, errors: str = "strict", seed: int = 0):
+    """``slmlab.data.get_source``; synthetic tasks fix their own sequence length (block_size unused)."""
+    from ..data import get_source, parse_task_spec
+
+    block = None if parse_task_spec(spec) is not None else block_size
+    return get_source(spec, tokenizer, block, cache_dir=cache_dir, errors=errors, seed=seed)
+
+
+def open_source(cfg: RunConfig, tokenizer):
+    """The run's data source."""
+    return open_data(cfg.data, tokenizer, cfg.block_size, _cache_dir(cfg), cfg.data_errors, cfg.seed)
+
+
 def build_tokenizer(cfg: RunConfig, run_dir: Path, dist_info: DistInfo):
     """The run's tokenizer: reloaded from ``run_dir/tokenizer`` when present (resume), else built
     (BPE is trained on the corpus's training texts, by the main rank, then shared through disk)."""
-    from ..data import get_source, get_tokenizer
+    from ..data import get_tokenizer
 
     saved = run_dir / "tokenizer"
     if not saved.is_dir():
         if dist_info.is_main:
             if cfg.tokenizer == "bpe":
                 byte = get_tokenizer("byte")
-                probe = get_source(cfg.data, byte, cfg.block_size, cache_dir=_cache_dir(cfg), seed=cfg.seed)
+                probe = open_source(cfg, byte)
                 if probe.is_synthetic:  # task-local ids: the tokenizer only labels them
                     tok = byte
                 else:
@@ -89,8 +102,6 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Tr
         cfg: the run config.
         resume: True = the run folder's newest checkpoint; a path = that run/checkpoint; None/False = fresh.
     """
-    from ..data import get_source
-
     device = resolve_device(cfg.device)
     dist_info = init_distributed(device)
     device = resolve_device(cfg.device, dist_info)
@@ -99,7 +110,7 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Tr
     if resume:
         ckpt = resolve_checkpoint(run_dir if resume is True else resume)
     tokenizer = build_tokenizer(cfg, run_dir, dist_info)
-    source = get_source(cfg.data, tokenizer, cfg.block_size, cache_dir=_cache_dir(cfg), seed=cfg.seed)
+    source = open_source(cfg, tokenizer)
     first = next(iter(source.eval_batches("validation", 1, 1)))
     model = build_model(cfg, needed_vocab(source, tokenizer), first["input_ids"].shape[1])
     trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
