@@ -7,6 +7,9 @@ import json
 import logging
 
 import pytest
+from transformers import AutoConfig
+
+import slmlab  # noqa: F401  (registers the families)
 
 from slmlab.models.neollm.configuration_neollm import NeoLLMConfig
 
@@ -166,6 +169,7 @@ def test_config_json_written_by_the_seed_class_loads(tmp_path):
     )
     (tmp_path / "config.json").write_text(json.dumps(payload))
     cfg = NeoLLMConfig.from_pretrained(tmp_path)
+    assert type(AutoConfig.from_pretrained(tmp_path)) is NeoLLMConfig  # registered by `import slmlab`
     assert cfg.num_key_value_heads == 2 and cfg.use_repo_goat_prior and cfg.rope_scaling is None
     assert cfg.mea_component_key_value_heads == 4  # the seed stored the resolved value
     for name in SEED_DEFAULTS:
