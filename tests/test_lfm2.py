@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import pytest
@@ -10,7 +11,7 @@ from transformers import Lfm2ForCausalLM
 
 from family_tester import ATOL, FamilyTester, decode_stepwise, left_pad
 from slmlab.generation import generate
-from slmlab.layers import ConvState, KVState
+from slmlab.layers import AttentionBias, ConvState, KVState, RotaryEmbedding, apply_rotary
 from slmlab.models.lfm2 import (
     Lfm2SmallBackbone,
     Lfm2SmallConfig,
@@ -221,3 +222,55 @@ def test_bad_inputs_raise_actionable_errors():
         model(input_ids=torch.zeros(1, 4, dtype=torch.long), attention_mask=torch.ones(1, 5))
     with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
         model()
+
+
+def test_fused_projections_equal_separate_linears_values_and_gradients():
+    torch.manual_seed(2)
+    layer = Lfm2SmallForCausalLM(Lfm2SmallConfig(**TINY)).model.layers[1]
+    mlp, attn = layer.feed_forward, layer.self_attn
+    x = torch.randn(2, 7, 32, requires_grad=True)
+    ref = mlp.w2(torch.nn.functional.silu(mlp.w1(x)) * mlp.w3(x))
+    got = mlp(x)
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
+    g_ref = torch.autograd.grad(ref.square().sum(), (x, mlp.w1.weight, mlp.w3.weight))
+    g_got = torch.autograd.grad(got.square().sum(), (x, mlp.w1.weight, mlp.w3.weight))
+    for a, b in zip(g_got, g_ref):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    cos, sin = RotaryEmbedding(8, 1e6)(torch.arange(7)[None].expand(2, 7))
+
+    def attn_ref():  # separate projections, the plain path
+        q = attn.q_layernorm(attn.q_proj(x).view(2, 7, 4, 8)).transpose(1, 2)
+        k = attn.k_layernorm(attn.k_proj(x).view(2, 7, 2, 8)).transpose(1, 2)
+        v = attn.v_proj(x).view(2, 7, 2, 8).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return attn.out_proj(o.transpose(1, 2).reshape(2, 7, 32))
+
+    ref, got = attn_ref(), attn(x, cos, sin, AttentionBias(None, True))
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
+    params = (x, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
+    for a, b in zip(torch.autograd.grad(got.square().sum(), params), torch.autograd.grad(ref.square().sum(), params)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_weight_cache_follows_in_place_updates():
+    model = Lfm2SmallForCausalLM(Lfm2SmallConfig(**TINY)).eval()
+    ids = torch.randint(1, 97, (2, 9))
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    with torch.no_grad():
+        after = model(input_ids=ids).logits
+    fresh = Lfm2SmallForCausalLM(Lfm2SmallConfig(**TINY)).eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(after, fresh(input_ids=ids).logits, atol=ATOL, rtol=0)
+    assert (after - before).abs().max() > 1e-3
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        clone.model.layers[1].feed_forward.w3.weight.zero_()
+        assert (clone(input_ids=ids).logits - after).abs().max() > 1e-4
+        torch.testing.assert_close(model(input_ids=ids).logits, after, atol=0, rtol=0)

@@ -44,6 +44,7 @@ from ..base import (
     validate_length,
 )
 from .configuration_lfm2 import Lfm2SmallConfig
+from .fused import ConcatenatedWeights
 
 
 @dataclass
@@ -97,7 +98,8 @@ class Lfm2Attention(nn.Module):
     """GQA self-attention with per-head QK RMSNorm before RoPE (LFM2; QK-norm as in
     Dehghani et al. 2023, arXiv:2302.05442): ``softmax(RoPE(n_q(q)) RoPE(n_k(k))^T / sqrt(D)) v``.
 
-    Key/value heads are shared by ``H / H_kv`` query heads without copies (``enable_gqa``).
+    Key/value heads are shared by ``H / H_kv`` query heads without copies (``enable_gqa``); q, k and
+    v come from one GEMM over the concatenated projection weights (:class:`ConcatenatedWeights`).
 
     Args:
         hidden_size: ``d``.
@@ -118,14 +120,18 @@ class Lfm2Attention(nn.Module):
         self.out_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.q_layernorm = RMSNorm(head_dim, eps)
         self.k_layernorm = RMSNorm(head_dim, eps)
+        self._split = (num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim)
+        self._qkv_weight = ConcatenatedWeights()
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: AttentionBias, state: KVState | None = None
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.q_layernorm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_layernorm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        qkv = F.linear(x, self._qkv_weight(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
+        q, k, v = qkv.split(self._split, dim=-1)
+        q = self.q_layernorm(q.view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_layernorm(k.view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if state is not None:
             k, v = state.update(k, v)
@@ -134,7 +140,8 @@ class Lfm2Attention(nn.Module):
 
 
 class Lfm2MLP(nn.Module):
-    """SwiGLU (Shazeer 2020, arXiv:2002.05202) with LFM2's names: ``w2(silu(w1 x) ⊙ w3 x)``.
+    """SwiGLU (Shazeer 2020, arXiv:2002.05202) with LFM2's names: ``w2(silu(w1 x) ⊙ w3 x)``;
+    ``w1 x`` and ``w3 x`` come from one GEMM over ``[w1; w3]`` (:class:`ConcatenatedWeights`).
 
     Args:
         hidden_size: ``d``.
@@ -148,9 +155,11 @@ class Lfm2MLP(nn.Module):
         self.w1 = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.w3 = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.w2 = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self._w13 = ConcatenatedWeights()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gate, up = F.linear(x, self._w13(self.w1.weight, self.w3.weight)).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
 
 
 class Lfm2DecoderLayer(nn.Module, ABC):
