@@ -208,12 +208,11 @@ def test_query_token_detection_matches_the_seed_rule():
 
 
 # -- decode == recompute, per retrieval mode --------------------------------------------------
-@pytest.mark.parametrize("prefill", [1, 6])
-@pytest.mark.parametrize("every_step", [True, False])
-def test_decode_equals_recompute_explicit_positions(prefill, every_step):
+@pytest.mark.parametrize("prefill, every_step, rope_layout", [(1, True, "rotate_half"), (6, True, "seed"), (6, False, "rotate_half")])
+def test_decode_equals_recompute_explicit_positions(prefill, every_step, rope_layout):
     """Positions are absolute columns: given at every call (HF ``generate``) or once at prefill (the
     lean loop, the cache remembers them), each is applied when its token is processed."""
-    model = make()
+    model = make(rope_layout=rope_layout)
     ids = torch.randint(1, 61, (2, 14))
     pos = torch.tensor([[2, 9, 13], [6, -1, 11]])
     with torch.no_grad():
@@ -289,6 +288,10 @@ def test_generation_with_retrieval_lean_loop_equals_hf_generate():
             nxt = plain(input_ids=seq, use_cache=False, **kw).logits[:, -1].argmax(-1, keepdim=True)
             seq = torch.cat((seq, nxt), 1)
     assert torch.equal(seq, ours)
+    # beams and several samples per prompt reorder/repeat every cached state, the positions included
+    beams = plain.generate(ids, max_new_tokens=4, num_beams=3, num_return_sequences=2, do_sample=False, **kw)
+    samples = plain.generate(ids, max_new_tokens=4, do_sample=True, num_return_sequences=3, **kw)
+    assert beams.shape == (2, 10) and samples.shape == (3, 10)
 
 
 def test_enabling_retrieval_after_an_unretrieved_prefix_raises():
