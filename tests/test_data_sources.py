@@ -222,3 +222,19 @@ def test_get_source_errors(tmp_path, corpus):
     tiny.write_text("short line\n" * 20)
     with pytest.raises(ValueError, match="the validation split has .* tokens, fewer than the 64 needed"):
         get_source(str(tiny), get_tokenizer("byte"), 64, cache_dir=tmp_path).streams
+
+
+def test_dataloader_benchmark_runs(corpus, tmp_path):
+    """The benchmark script stays runnable (tiny settings; its numbers are not asserted)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_dataloader.py"
+    spec = importlib.util.spec_from_file_location("bench_dataloader", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = ["--data", corpus, "--block-size", "32", "--batch-size", "2", "--steps", "2", "--rounds", "2", "--device", "cpu",
+            "--cache", str(tmp_path / "c"), "--threads", str(torch.get_num_threads())]
+    result = bench.main(args)
+    assert result["train_tokens_per_s_loader"] > 0 and result["train_tokens_per_s_prebuilt"] > 0
+    assert 0 <= result["loader_wait_share"] < 1
