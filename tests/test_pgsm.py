@@ -243,8 +243,8 @@ def test_decode_equals_recompute_query_token_mode():
     with torch.no_grad():
         step = stepwise(model, ids, prefill=6)
         # prefill: row 0 retrieves at its query token (3), row 1 has none in the prompt -> its last token (5);
-        # afterwards each one-token call retrieves at that token (a query token or the call's last token)
-        cols = torch.cat((torch.tensor([[3], [5]]), torch.arange(6, 12).expand(2, -1)), dim=1)
+        # afterwards only query tokens retrieve (row 1 at 9)
+        cols = torch.tensor([[3, -1], [5, 9]])
         full = model(input_ids=ids, retrieval_positions=cols, use_cache=False).logits
     assert (step - full).abs().max() <= ATOL
 

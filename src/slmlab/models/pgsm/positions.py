@@ -2,8 +2,9 @@
 
 Order (seed 001): explicit ``retrieval_positions`` > the last ``query_token_id`` of each row (when
 ``auto_retrieve_on_query_token``; a row without one uses its last token) > the last token (when
-``retrieve_at_last_token_if_unspecified``) > no retrieval. During cached decoding the automatic rules
-apply to the tokens of each forward call (see ``docs/pgsm.md``).
+``retrieve_at_last_token_if_unspecified``) > no retrieval. During cached decoding the last-token rule
+applies to each forward call, and query-token detection retrieves only at query tokens (see
+``docs/pgsm.md``).
 """
 
 from __future__ import annotations
@@ -41,14 +42,18 @@ def validate_retrieval_positions(positions, batch: int, length: int, device: tor
     return positions
 
 
-def last_query_token_positions(input_ids: torch.Tensor, query_token_id: int, real: torch.Tensor | None) -> torch.Tensor:
-    """The column of the last ``query_token_id`` per row, or the last column when a row has none.
+def last_query_token_positions(
+    input_ids: torch.Tensor, query_token_id: int, real: torch.Tensor | None, fallback_last: bool = True
+) -> torch.Tensor:
+    """The column of the last ``query_token_id`` per row; a row without one gets its last column
+    (the seed's rule) when ``fallback_last``, else ``-1``.
 
     Args:
         input_ids: ``[B, T]``.
         real: ``[B, T]`` bool (padding never counts as a query token) or None.
+        fallback_last: use the last column for rows without a query token.
     Returns:
-        ``[B, 1]`` int64 columns in ``[0, T)``.
+        ``[B, 1]`` int64 columns in ``[0, T)`` (or ``-1``).
     """
     t = input_ids.shape[1]
     matches = input_ids.eq(int(query_token_id))
@@ -56,7 +61,7 @@ def last_query_token_positions(input_ids: torch.Tensor, query_token_id: int, rea
         matches = matches & real
     cols = torch.arange(t, device=input_ids.device).expand_as(matches)
     last = torch.where(matches, cols, torch.full_like(cols, -1)).amax(dim=1, keepdim=True)
-    return torch.where(last >= 0, last, torch.full_like(last, t - 1))
+    return torch.where(last >= 0, last, torch.full_like(last, t - 1 if fallback_last else -1))
 
 
 def resolve_retrieval_positions(
@@ -88,7 +93,10 @@ def resolve_retrieval_positions(
         if input_ids is None:
             raise ValueError("auto_retrieve_on_query_token needs input_ids (got inputs_embeds); pass retrieval_positions")
         real = None if attention_mask is None else attention_mask[:, -t:].bool()
-        return last_query_token_positions(input_ids, config.query_token_id, real) + past
+        # the first call (training, prefill) follows the seed; later cached calls (decoding) retrieve
+        # only at query tokens, as the model was trained to
+        cols = last_query_token_positions(input_ids, config.query_token_id, real, fallback_last=past == 0)
+        return torch.where(cols >= 0, cols + past, cols)
     if config.retrieve_at_last_token_if_unspecified:
         return torch.full((batch, 1), past + t - 1, dtype=torch.long, device=device)
     return None
