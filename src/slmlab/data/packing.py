@@ -106,8 +106,9 @@ def token_cache(corpus: Corpus, tokenizer: PreTrainedTokenizerFast, cache_dir: P
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             try:
                 os.replace(tmp, folder)
-            except OSError:  # another process finished the same cache first
-                pass
+            except OSError:
+                if not (folder / "meta.json").is_file():  # not a lost race with another rank: a real error
+                    raise
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)

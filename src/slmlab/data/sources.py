@@ -7,6 +7,7 @@ infinite, exactly resumable, rank-sharded stream of ``{"input_ids", "labels", ..
 
 from __future__ import annotations
 
+import abc
 import itertools
 import warnings
 from functools import cached_property
@@ -25,7 +26,7 @@ from .tasks import IGNORE_INDEX, Task, parse_task_spec, to_hf_labels
 LEAKAGE_WARN_FRACTION = 0.001
 
 
-class DataSource:
+class DataSource(abc.ABC):
     """Base of text corpora and synthetic tasks.
 
     Attributes:
@@ -99,11 +100,13 @@ class DataSource:
         if split not in self.splits:
             raise ValueError(f"{self.name}: unknown split {split!r}; splits: {list(self.splits)}")
 
+    @abc.abstractmethod
     def _num_rows(self, split: str, shuffled: bool) -> int:
-        raise NotImplementedError
+        """Rows of ``split`` (per epoch when ``shuffled``)."""
 
+    @abc.abstractmethod
     def _rows(self, split, epochs, rows, sampler, shuffled) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        """The batch dict of ``rows`` (visited in ``epochs`` of ``sampler`` when ``shuffled``)."""
 
 
 class TextSource(DataSource):

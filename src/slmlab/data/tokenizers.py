@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -169,7 +170,9 @@ def get_tokenizer(
         tok.save_pretrained(str(tmp))
         try:
             os.replace(tmp, folder)
-        except OSError:  # another process saved the same tokenizer first
-            pass
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (folder / "tokenizer.json").is_file():  # not a lost race with another process: a real error
+                raise
         return tok
     return load_tokenizer(spec)

@@ -13,6 +13,7 @@ Adding a task: subclass :class:`Task` (a frozen dataclass), give it ``name``, ``
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
@@ -74,7 +75,7 @@ def task_rng(seed: int, task_id: int, split: str) -> np.random.Generator:
 
 
 @dataclass(frozen=True)
-class Task:
+class Task(abc.ABC):
     """Base of every synthetic task config.
 
     Every concrete task defines ``vocab_size`` and ``seq_len`` (fields or properties) and the
@@ -89,12 +90,14 @@ class Task:
     n_test: int = 0
 
     @property
+    @abc.abstractmethod
     def vocab_size(self) -> int:
-        raise NotImplementedError
+        """Ids are in ``[0, vocab_size)``."""
 
     @property
+    @abc.abstractmethod
     def seq_len(self) -> int:
-        raise NotImplementedError
+        """``T``, the length of every row."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field for an impossible config (override and call super)."""
@@ -122,8 +125,9 @@ class Task:
             meta={k: np.concatenate([p.meta[k] for p in parts]) for k in parts[0].meta},
         )
 
+    @abc.abstractmethod
     def _generate(self, n: int, rng: np.random.Generator) -> TaskBatch:
-        raise NotImplementedError
+        """``n`` examples drawn from ``rng`` (vectorised numpy)."""
 
     @classmethod
     def from_spec(cls, options: str) -> "Task":
