@@ -84,21 +84,32 @@ class PGSMModel(PGSMPreTrainedModel):
             return ModelCache(states)
         return ModelCache(states + [KVState(), ConvState()], extra={"retrieval": TensorState()})
 
-    def _retrieval_for_call(self, positions, cache, past, batch, device):
-        """Keep retrieval on or off consistently across the calls that share a cache."""
-        if cache is None or self.retriever is None:
+    def _positions_for_call(self, explicit, input_ids, attention_mask, cache, past, b, t, device, decoding):
+        """The ``[B, Q]`` retrieval columns of this call, or None when the retriever does not run.
+
+        With a cache: explicit positions are remembered for later calls, and whether retrieval runs
+        is fixed by the first call of the sequence (the post-retrieval conv must see all of it).
+        """
+        mode = cache.extra.get("retrieval") if cache is not None else None
+        if mode is not None and past == 0:
+            mode.positions, mode.active = None, None
+        if mode is not None and explicit is None:
+            explicit = getattr(mode, "positions", None)  # given once at prefill (the lean loop)
+        limit = self.config.block_size if decoding and cache is not None else past + t
+        positions = resolve_retrieval_positions(self.config, explicit, input_ids, attention_mask, past, b, t, device, limit)
+        if mode is None:
             return positions
-        mode = cache.extra["retrieval"]
-        active = getattr(mode, "active", None)
-        if active is None or past == 0:
+        if explicit is not None:
+            mode.positions = positions
+        if mode.active is None:
             mode.active = positions is not None
-        elif positions is not None and not active:
+        elif positions is not None and not mode.active:
             raise ValueError(
                 "retrieval_positions were given, but the cached prefix was run without retrieval; pass them (or enable"
                 " a retrieval mode) from the first forward call of the sequence"
             )
-        elif positions is None and active:
-            positions = torch.full((batch, 0), -1, dtype=torch.long, device=device)
+        elif positions is None and mode.active:
+            positions = torch.full((b, 0), -1, dtype=torch.long, device=device)
         return positions
 
     def forward(
@@ -162,18 +173,9 @@ class PGSMModel(PGSMPreTrainedModel):
         for i, block in enumerate(self.blocks):
             x = block(x, keep, cache[i] if cache is not None else None)
 
-        mode = cache.extra.get("retrieval") if cache is not None else None
-        if mode is not None and past == 0:
-            mode.positions = None
-        if mode is not None and retrieval_positions is None:
-            retrieval_positions = getattr(mode, "positions", None)  # given once at prefill (the lean loop)
-        limit = self.config.block_size if decoding and cache is not None else past + t
-        positions = resolve_retrieval_positions(
-            self.config, retrieval_positions, input_ids, attention_mask, past, b, t, device, limit
+        positions = self._positions_for_call(
+            retrieval_positions, input_ids, attention_mask, cache, past, b, t, device, decoding
         )
-        if mode is not None and retrieval_positions is not None:
-            mode.positions = positions
-        positions = self._retrieval_for_call(positions, cache, past, b, device)
         if positions is not None:
             n = len(self.blocks)
             x = self.retriever(x, positions, position_ids, key_mask, past, cache[n] if cache is not None else None)
