@@ -52,7 +52,7 @@ def train_command(argv: list[str]) -> int:
     p.add_argument("--out", help="run folder (= out_dir=...)")
     p.add_argument("--steps", type=int, help="optimiser steps (= max_steps=...)")
     p.add_argument("--resume", nargs="?", const=True, default=None,
-                   help="continue from the newest checkpoint of out_dir, or of the given run/checkpoint")
+                   help="continue from the newest checkpoint of out_dir (fresh if none), or from the given run/checkpoint")
     args = p.parse_args(argv)
     files, overrides = split_items(args.items)
     for key, value in (("model", args.model), ("data", args.data), ("out_dir", args.out), ("max_steps", args.steps)):

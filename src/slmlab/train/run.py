@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import resolve_checkpoint
+from .checkpoint import list_checkpoints, resolve_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, barrier, init_distributed
 from .trainer import Trainer, resolve_device
@@ -100,15 +100,24 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Tr
 
     Args:
         cfg: the run config.
-        resume: True = the run folder's newest checkpoint; a path = that run/checkpoint; None/False = fresh.
+        resume: True = the run folder's newest checkpoint (fresh if it has none); a path = that run or
+            checkpoint; None/False = a fresh run, refused if ``out_dir`` already holds checkpoints.
     """
     device = resolve_device(cfg.device)
     dist_info = init_distributed(device)
     device = resolve_device(cfg.device, dist_info)
     run_dir = Path(cfg.out_dir)
     ckpt = None
-    if resume:
-        ckpt = resolve_checkpoint(run_dir if resume is True else resume)
+    existing = list_checkpoints(run_dir / "checkpoints")
+    if resume is True:
+        ckpt = existing[-1] if existing else None  # nothing to resume yet: start fresh
+    elif resume:
+        ckpt = resolve_checkpoint(resume)
+    elif existing:
+        raise ValueError(
+            f"out_dir {run_dir} already holds checkpoints (newest: {existing[-1].name}); pass --resume to continue"
+            " that run, or choose another out_dir"
+        )
     tokenizer = build_tokenizer(cfg, run_dir, dist_info)
     source = open_source(cfg, tokenizer)
     first = next(iter(source.eval_batches("validation", 1, 1)))

@@ -1,0 +1,86 @@
+"""`slmlab train | eval | generate | tokenizer` through the CLI table, on a tiny local corpus."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slmlab import cli
+from slmlab.train.metrics import read_metrics
+
+OURS = ("train", "eval", "generate", "tokenizer")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    text = "To be, or not to be, that is the question. Ünïcödé ✓ 東京.\n"
+    for i in range(3):
+        (folder / f"work{i}.txt").write_text(text * (40 + 10 * i), encoding="utf-8")
+    return folder
+
+
+def base_args(corpus, out):
+    return ["--model", "lumen:lumen-tiny", "--data", str(corpus), "--out", str(out), "batch_size=2", "block_size=32",
+            "vocab_size=300", "eval_batches=1", "eval_every=0", "checkpoint_every=0", "progress=false",
+            "tensorboard=false", f"data_cache={out.parent / 'cache'}", "sample_tokens=5", "log_every=1"]
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_commands_are_in_the_table_with_help(name, capsys):
+    assert name in cli.COMMANDS
+    with pytest.raises(SystemExit) as exc:
+        cli.main([name, "--help"])
+    assert exc.value.code == 0 and "slmlab" in capsys.readouterr().out
+
+
+def test_train_resume_eval_generate(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", *base_args(corpus, out), "--steps", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "validation bits per byte" in printed and "## Sample" in printed
+    # a second fresh run into the same folder is refused; --resume continues it
+    assert cli.main(["train", *base_args(corpus, out), "--steps", "4"]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert cli.main(["train", *base_args(corpus, out), "--steps", "4", "--resume"]) == 0
+    steps = [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")]
+    assert steps == [1, 2, 3, 4]
+    report = json.loads((out / "report.json").read_text())
+    assert report["steps"] == 4 and report["checkpoint"].endswith("step_000004")
+    capsys.readouterr()
+    assert cli.main(["eval", str(out), "--json", "--max-batches", "1", "--batch-size", "2"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["loss"] == pytest.approx(report["final_eval"]["loss"], rel=1e-5)
+    assert result["bits_per_byte"] > 0 and result["ppl"] > 1
+    assert cli.main(["generate", str(out), "--prompt", "To be", "--max-new-tokens", "6", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("To be")
+
+
+def test_tokenizer_train_encode_decode_roundtrip(corpus, tmp_path, capsys):
+    tok = tmp_path / "tok"
+    assert cli.main(["tokenizer", "train", "--data", str(corpus), "--vocab-size", "300", "--out", str(tok)]) == 0
+    info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert info["vocab_size"] <= 300 and info["eos"]
+    text = "naïve 東京 ✓ question"
+    assert cli.main(["tokenizer", "encode", str(tok), text]) == 0
+    ids = capsys.readouterr().out.split()
+    assert cli.main(["tokenizer", "decode", str(tok), *ids]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == text
+    assert cli.main(["tokenizer", "decode", str(tok), "99999"]) == 2
+    assert "outside the vocabulary" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "optim.lr=oops"], "optim.lr"),
+        (["train", "no_such_key=1"], "no_such_key"),
+        (["train", "notes.txt"], "notes.txt"),
+        (["generate", "/nonexistent/run", "--prompt", "x"], "no run or checkpoint"),
+        (["eval", "/nonexistent/run"], "no run or checkpoint"),
+    ],
+)
+def test_bad_input_gives_a_clear_error(argv, message, capsys):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
