@@ -48,6 +48,12 @@ def test_default_parameter_budget_matches_the_spec():
     assert rows["Spelling Bee byte table"] == 256 * 512
     assert rows["Without W_E and lm_head"] == 47_183_640
     assert rows["mlp: FAN_ffn"] == 12 * 262_624 and rows["mlp: xIELU"] == 24
+    assert rows["attention: FAN_attn"] == 12 * 262_592 and rows["attention: q_proj multipliers"] == 12 * 1024
+    assert rows["attention: IHA mix"] + rows["attention: IHA collapse"] == 10 * 320
+    assert rows["attention: REPO / GRAPE"] == 8 * (65_792 + 32)
+    assert rows["attention: Hadamard o_proj (alpha, beta)"] == 12 * 1024
+    parts = [v for k, v in rows.items() if not (k.endswith("total") or k in ("Total", "Without W_E and lm_head"))]
+    assert sum(parts) == rows["Total"]  # the component rows partition the total
 
 
 # -- initialisation ---------------------------------------------------------------------------------

@@ -286,10 +286,20 @@ class NeoLLMForCausalLM(NeoLLMPreTrainedModel, GenerationMixin):
         return result if return_dict is not False else result.to_tuple()
 
 
-def _attention_part(name: str) -> str:
+_ATTENTION_LABELS = {
+    "fan": "FAN_attn",
+    "iha": "IHA mix",
+    "collapse": "IHA collapse",
+    "positions": "REPO / GRAPE",
+    "value_residual": "FAN value residual",
+}
+
+
+def _attention_part(name: str, hadamard: bool) -> str:
     """``layers.N.self_attn.<part>....`` -> a readable component label."""
     part = name.split(".self_attn.", 1)[1].split(".")[0]
-    return f"attention: {part}" + (" multipliers" if "multiplier" in name else "")
+    label = "Hadamard o_proj (alpha, beta)" if part == "o_proj" and hadamard else _ATTENTION_LABELS.get(part, part)
+    return f"attention: {label}" + (" multipliers" if "multiplier" in name else "")
 
 
 def _mlp_part(name: str) -> str:
@@ -309,7 +319,7 @@ def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
             continue
         seen.add(id(p))
         if ".self_attn." in name:
-            key, side = _attention_part(name), "Attention total"
+            key, side = _attention_part(name, model.config.use_hadamard_o_proj), "Attention total"
         elif ".mlp." in name:
             key, side = _mlp_part(name), "MLP total"
         elif ".residual." in name or name.startswith("model.readout."):
