@@ -126,7 +126,8 @@ def test_spec_parsing_settings_and_overrides():
     [
         ("mqar:laptop", "unknown setting 'laptop'"),
         ("mqar:cpu,K=3", "has no field 'K'"),
-        ("mqar:cpu,T=abc", "expected an integer"),
+        ("mqar:cpu,T=abc", "field 'T' expects an integer, got 'abc'"),
+        ("mqar:cpu,power_a=x", "field 'power_a' expects a number"),
         ("mqar:cpu,T=63", "T must be a positive even integer"),
         ("mqar:cpu,V=64", "V must be even and > T"),
         ("mqar:cpu,N=17", "4N <= T"),

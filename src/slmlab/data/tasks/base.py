@@ -143,21 +143,21 @@ class Task(abc.ABC):
             key, value = (s.strip() for s in item.split("=", 1))
             if key not in fields:
                 raise ValueError(f"task {cls.name!r} has no field {key!r}; fields: {sorted(fields)}")
-            overrides[key] = _parse_value(value, fields[key].type)
+            overrides[key] = _parse_value(key, value, fields[key].type)
         return cls(**{**cls.settings[setting], **overrides})
 
 
-def _parse_value(text: str, annotation) -> object:
+def _parse_value(key: str, text: str, annotation) -> object:
+    """``text`` as the type of field ``key`` (annotations are strings under postponed evaluation)."""
     kind = str(annotation)
-    if "int" in kind and "None" in kind and text.lower() in ("none", ""):
+    if "None" in kind and text.lower() in ("none", ""):
         return None
-    if "float" in kind:
-        return float(text)
-    if "int" in kind:
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"expected an integer, got {text!r}") from None
+    for name, cast in (("float", float), ("int", int)):
+        if name in kind:
+            try:
+                return cast(text)
+            except ValueError:
+                raise ValueError(f"field {key!r} expects {'an integer' if name == 'int' else 'a number'}, got {text!r}") from None
     return text
 
 
