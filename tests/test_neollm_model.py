@@ -204,3 +204,11 @@ def test_standard_topology_has_no_siamese_modules():
 def test_unbuilt_options_raise_not_implemented(overrides):
     with pytest.raises(NotImplementedError, match="NeoLLM part 2/3"):
         NeoLLMForCausalLM(NeoLLMConfig(**{**TINY, **overrides}))
+
+
+def test_cli_audit_prints_the_component_budget(capsys):
+    from slmlab import cli
+
+    assert cli.main(["audit", "neollm"]) == 0
+    out = capsys.readouterr().out
+    assert "113,131,288" in out and "attention: REPO / GRAPE" in out and "mlp: FAN_ffn" in out
