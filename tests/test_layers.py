@@ -176,3 +176,27 @@ def test_causal_conv_never_sees_the_future():
     y = x.clone()
     y[..., 6:] = torch.randn(1, 4, 4)
     torch.testing.assert_close(conv(x)[..., :6], conv(y)[..., :6])
+
+
+def test_concatenated_weights_cache_follows_in_place_updates_and_keeps_gradients():
+    from slmlab.layers import ConcatenatedWeights
+
+    a, b = torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(2, 4))
+    cat = ConcatenatedWeights()
+    with torch.no_grad():
+        first = cat(a, b)
+        assert cat(a, b) is first  # cached while nothing changes
+        a.add_(1.0)  # an optimiser step bumps the version counter
+        torch.testing.assert_close(cat(a, b), torch.cat([a, b]))
+    cat(a, b).sum().backward()  # with autograd, gradients reach both weights
+    assert a.grad is not None and b.grad is not None
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_projections_equal_separate_linears(bias):
+    attn = CausalSelfAttention(16, 4, 2, bias=bias)
+    x = torch.randn(2, 3, 16)
+    ref = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], -1)
+    torch.testing.assert_close(attn.project_qkv(x), ref, atol=ATOL, rtol=0)
+    mlp = SwiGLU(16, 8, bias=bias)
+    torch.testing.assert_close(mlp(x), mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x)), atol=ATOL, rtol=0)

@@ -2,6 +2,7 @@
 
 from .attention import CausalSelfAttention, check_head_layout, sdpa
 from .cache import ConvState, KVState, LayerState, ModelCache, TensorState
+from .fused import ConcatenatedWeights
 from .conv import CausalDepthwiseConv1d
 from .masks import AttentionBias, causal_bias, has_padding, position_ids_from_mask
 from .mlp import SwiGLU
@@ -12,6 +13,7 @@ __all__ = [
     "AttentionBias",
     "CausalDepthwiseConv1d",
     "CausalSelfAttention",
+    "ConcatenatedWeights",
     "ConvState",
     "KVState",
     "LayerState",

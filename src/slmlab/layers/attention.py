@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cache import KVState
+from .fused import ConcatenatedWeights
 from .masks import AttentionBias
 from .norm import RMSNorm
 from .rotary import apply_rotary
@@ -52,6 +53,7 @@ def check_head_layout(hidden_size: int, num_heads: int, num_kv_heads: int, head_
 class CausalSelfAttention(nn.Module):
     """Llama-style attention: projections, RoPE, optional per-head QK RMSNorm, SDPA, output.
 
+    q, k and v come from one GEMM over the concatenated weights (:class:`ConcatenatedWeights`).
     Parameter names follow transformers' ``LlamaAttention`` (``q_proj``, ``k_proj``, ``v_proj``,
     ``o_proj``; with ``qk_norm`` also ``q_norm``/``k_norm`` as in Qwen3).
 
@@ -87,11 +89,20 @@ class CausalSelfAttention(nn.Module):
         self.k_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * self.head_dim, hidden_size, bias=False)
+        self._split = (num_heads * self.head_dim, num_kv_heads * self.head_dim, num_kv_heads * self.head_dim)
+        self._qkv_weight = ConcatenatedWeights()
         if qk_norm:
             self.q_norm = RMSNorm(self.head_dim, eps)
             self.k_norm = RMSNorm(self.head_dim, eps)
         else:
             self.q_norm = self.k_norm = nn.Identity()
+
+    def project_qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """``[q | k | v]`` from one GEMM over the concatenated projection weights."""
+        w = self._qkv_weight(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
+        if self.q_proj.bias is None:
+            return F.linear(x, w)
+        return F.linear(x, w, torch.cat((self.q_proj.bias, self.k_proj.bias, self.v_proj.bias)))
 
     def forward(
         self,
@@ -102,9 +113,11 @@ class CausalSelfAttention(nn.Module):
         state: KVState | None = None,
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        qkv = self.project_qkv(x)
+        q, k, v = qkv.split(self._split, dim=-1)
+        q = self.q_norm(q.view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if state is not None:
             k, v = state.update(k, v)
