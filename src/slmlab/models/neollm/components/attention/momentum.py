@@ -36,11 +36,12 @@ class MomentumShear(nn.Module):
         q_prev = torch.cat((q0, q[:, :-1]), dim=1)
         k_prev = torch.cat((k0, k[:, :-1]), dim=1)
         first = torch.cat((has_prev[:, None], torch.ones_like(position_ids[:, 1:], dtype=torch.bool)), dim=1)
-        m = (first & (position_ids != 0)).to(q.dtype)[:, :, None, None, None] * self.gamma
+        # (1 + γm) q_t − γm q_{t−1} = lerp(q_{t−1}, q_t, 1 + γm): one fused pass per tensor.
+        w = 1.0 + (first & (position_ids != 0)).to(q.dtype)[:, :, None, None, None] * self.gamma
         if state is not None:
             state.prev_q, state.prev_k = q[:, -1:], k[:, -1:]
             state.has_prev = torch.ones(b, dtype=torch.bool, device=q.device)
-        return q + m * (q - q_prev), k + m * (k - k_prev)
+        return torch.lerp(q_prev, q, w), torch.lerp(k_prev, k, w)
 
 
 class NoMomentum(nn.Module):
