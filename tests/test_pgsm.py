@@ -272,6 +272,21 @@ def test_left_padded_decode_and_rows_alone(mode):
             assert (full[i, 12 - len(row) :] - alone.logits[0]).abs().max() <= ATOL
 
 
+def test_query_token_mode_ignores_padding_and_decodes_like_recompute():
+    model = make(query_token_id=0, auto_retrieve_on_query_token=True)  # the pad id is the query id
+    rows = [torch.randint(1, 61, (10,)), torch.randint(1, 61, (6,))]
+    rows[0][[2, 8]] = 0
+    rows[1][4] = 0
+    ids, mask = left_pad(rows)  # row 1 has 4 pads (id 0) before its tokens, and no query in the prompt
+    with torch.no_grad():
+        step = stepwise(model, ids, mask, prefill=7)
+        # prefill: row 0's query token (2); row 1 has only pads with the query id -> its last token (6);
+        # decoding: query tokens only (column 8 in both rows)
+        full = model(input_ids=ids, attention_mask=mask, retrieval_positions=torch.tensor([[2, 8], [6, 8]])).logits
+    real = mask.bool()
+    assert (step[real] - full[real]).abs().max() <= ATOL
+
+
 def test_generation_with_retrieval_lean_loop_equals_hf_generate():
     model = make(retrieve_at_last_token_if_unspecified=True)
     ids = torch.randint(1, 61, (1, 6))
