@@ -466,3 +466,23 @@ def test_special_inits_survive_hf_reinit():
     assert a.positions.coords.w_z.abs().max() <= 2 * 0.02
     fresh = NeoLLMAttention(tiny(), 2)
     assert torch.equal(a.iha.q_mix, fresh.iha.q_mix) and torch.equal(a.collapse.collapse, fresh.collapse.collapse)
+
+
+@pytest.mark.parametrize("t, window, p", [(7, 1, 2), (16, 3, 2), (33, 5, 2), (20, 4, 1), (9, 4, 3)])
+def test_blocked_local_attention_equals_masked_full(t, window, p):
+    from slmlab.layers.attention import sdpa
+    from slmlab.models.neollm.components.attention import AttentionCore
+    from slmlab.models.neollm.components.attention.local_blocks import blocked_local_attention
+
+    g = torch.Generator().manual_seed(t)
+    q, k, v = (torch.randn(2, t, n, p, 8, generator=g) for n in (4, 2, 2))
+    mask = torch.ones(2, t, dtype=torch.long)
+    mask[1, : t // 3] = 0
+    core = AttentionCore(p, local=True, window=window, dropout=0.0)
+    bias = core.bias(mask, t, t, window, q.device)
+    flat = lambda x: x.permute(0, 2, 1, 3, 4).reshape(2, x.shape[2], t * p, 8)  # noqa: E731
+    full = sdpa(flat(q), flat(k), flat(v), bias).view(2, 4, t, p, 8).permute(0, 2, 1, 3, 4)
+    got = blocked_local_attention(q, k, v, mask, window)
+    assert got.shape == q.shape
+    assert (got - full)[mask.bool()].abs().max() <= ATOL
+    assert torch.allclose(blocked_local_attention(q, k, v, None, window)[0], got[0], atol=ATOL)

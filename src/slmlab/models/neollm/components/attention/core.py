@@ -10,6 +10,9 @@ and on local 'L' layers ``t − s < W``). One boolean SDPA mask carries all of i
 IHA window [I] (A§4.3 freeze rule): an int ``iha_sliding_window`` wins; otherwise the window stored
 in the layer state; otherwise ``max(1, T // (2P²))`` of this call, which a cached call stores so that
 every later decoding step reuses it.
+
+A local layer over a fresh sequence longer than ``2W`` runs block by block (``local_blocks.py``,
+``2TWP²`` scores instead of ``T²P²``); decoding steps and chunks after a cache use the masked path.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from torch import nn
 
 from .....layers.attention import sdpa
 from .....layers.masks import AttentionBias, causal_bias
+from .local_blocks import blocked_local_attention
 
 
 class AttentionCore(nn.Module):
@@ -67,17 +71,24 @@ class AttentionCore(nn.Module):
 
     def forward(self, q, k, v, attention_mask=None, state=None):
         b, t, h, p, d = q.shape
+        fresh = state is None or state.length == 0
+        window = self.resolve_window(t, state)
+        dropout = self.dropout if self.training else 0.0
+        if window is not None and fresh and t > 2 * window:
+            if state is not None:  # prefill: the cache still gets every key/value
+                state.update(*(x.permute(0, 2, 1, 3, 4).reshape(b, x.shape[2], t * p, d) for x in (k, v)))
+            mask = None if attention_mask is None else attention_mask[:, -t:]
+            return blocked_local_attention(q, k, v, mask, window, dropout)
         qs = q.permute(0, 2, 1, 3, 4).reshape(b, h, t * p, d)
         ks = k.permute(0, 2, 1, 3, 4).reshape(b, k.shape[2], t * p, d)
         vs = v.permute(0, 2, 1, 3, 4).reshape(b, v.shape[2], t * p, d)
         if state is not None:
             ks, vs = state.update(ks, vs)
-        window = self.resolve_window(t, state)
         if attention_mask is not None and attention_mask.shape[-1] < ks.shape[2] // p:
             raise ValueError(
                 f"attention_mask covers {attention_mask.shape[-1]} tokens but the layer holds {ks.shape[2] // p} "
                 "(cached + new); pass the full 2-D mask over past and current tokens"
             )
         bias = self.bias(attention_mask, t, ks.shape[2] // p, window, q.device)
-        out = sdpa(qs, ks, vs, bias, self.dropout if self.training else 0.0)
+        out = sdpa(qs, ks, vs, bias, dropout)
         return out.view(b, h, t, p, d).permute(0, 2, 1, 3, 4)

@@ -1,0 +1,61 @@
+"""Blocked sliding-window attention for local IHA layers: the paper's FLOP argument made real.
+
+With window ``W`` a query token ``t`` sees keys ``s`` with ``t − W < s ≤ t``. Cut the sequence into
+blocks of ``C = W`` tokens: every query of block ``i`` finds all its keys inside blocks ``i − 1`` and
+``i``. Attention then runs per block over ``C·P`` pseudo-queries and ``2C·P`` pseudo-keys, costing
+``2·T·W·P²`` scores instead of ``T²·P²`` — a quarter with the automatic ``W = T/(2P²)`` at P = 2,
+i.e. the ``O(H N² d / 2)`` of IHA local layers (Duvvuri et al., arXiv 2602.21371, §5.1). The mask
+(causal, window, padding, token-level over the P slots) is the same relative pattern in every block.
+Exactly the same softmax as the full masked attention on every row that sees at least one key.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def blocked_local_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    window: int,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Sliding-window attention of a fresh sequence (no cached keys), block by block.
+
+    Args:
+        q: ``[B, T, H, P, D]``; k, v: ``[B, T, H_kv, P, D]`` (the same ``T`` tokens).
+        attention_mask: ``[B, T]`` (1 = real token) or None.
+        window: ``W >= 1`` tokens.
+        dropout_p: attention-probability dropout.
+    Returns:
+        ``[B, T, H, P, D]``.
+    """
+    b, t, h, p, d = q.shape
+    hk = k.shape[2]
+    c = window
+    nb = -(-t // c)
+    pad = nb * c - t
+    qb = F.pad(q, (0, 0, 0, 0, 0, 0, 0, pad)).view(b, nb, c, h, p, d)
+    qb = qb.permute(0, 1, 3, 2, 4, 5).reshape(b, nb, h, c * p, d)
+
+    def key_blocks(x: torch.Tensor) -> torch.Tensor:  # [B, T, Hk, P, D] -> [B, nb, Hk, 2C·P, D]
+        xb = F.pad(x, (0, 0, 0, 0, 0, 0, c, pad)).view(b, nb + 1, c, hk, p, d)
+        xb = xb.permute(0, 1, 3, 2, 4, 5).reshape(b, nb + 1, hk, c * p, d)
+        return torch.cat((xb[:, :-1], xb[:, 1:]), dim=3)
+
+    valid = torch.ones(b, t, dtype=torch.bool, device=q.device) if attention_mask is None else attention_mask.bool()
+    valid = F.pad(valid, (c, pad), value=False).view(b, nb + 1, c)
+    valid = torch.cat((valid[:, :-1], valid[:, 1:]), dim=2)  # [B, nb, 2C]
+    a = torch.arange(c, device=q.device)[:, None] + c  # query token, counted from the previous block's start
+    s = torch.arange(2 * c, device=q.device)[None, :]
+    allowed = ((s <= a) & (a - s < window))[None, None] & valid[:, :, None, :]  # [B, nb, C, 2C]
+    allowed = allowed | ~allowed.any(-1, keepdim=True)  # rows of padding that see nothing: keep SDPA finite
+    allowed = allowed.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)[:, :, None]
+    out = F.scaled_dot_product_attention(
+        qb, key_blocks(k), key_blocks(v), attn_mask=allowed, dropout_p=dropout_p, enable_gqa=h != hk
+    )
+    out = out.view(b, nb, h, c, p, d).permute(0, 1, 3, 2, 4, 5).reshape(b, nb * c, h, p, d)
+    return out[:, :t]
