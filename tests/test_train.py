@@ -225,3 +225,9 @@ def test_early_stop_on_accuracy(tmp_path):
     first_pass = next(r["step"] for r in evals if r["acc"] > 0.0001)
     assert trainer.state.step == first_pass < 50 and "accuracy" in trainer.state.stop_reason
     assert set(trainer.state.last_eval["acc_by_group"]) == {"0", "1"}
+
+
+def test_bf16_autocast_and_wsd_train_on_cpu(tmp_path):
+    trainer = run(make_cfg(tmp_path, "max_steps=3", "precision=bf16", "schedule.name=wsd"))
+    assert trainer.autocast is not None and all(math.isfinite(x) for x in trainer.losses)
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # autocast, not a cast

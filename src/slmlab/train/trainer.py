@@ -196,6 +196,7 @@ class Trainer:
             bar = tqdm(total=cfg.max_steps, initial=st.step, desc="train", unit="step", dynamic_ncols=True)
         self.train_model.train()
         window_tokens, window_time = 0, 0.0
+        evaluated_at = -1
         try:
             while st.step < cfg.max_steps:
                 t0 = time.perf_counter()
@@ -239,6 +240,7 @@ class Trainer:
                 done = st.step >= cfg.max_steps
                 if cfg.eval_every and st.step % cfg.eval_every == 0 and not done:
                     result = self._log_eval(metrics)
+                    evaluated_at = st.step
                     if bar is not None:
                         bar.write(f"step {st.step}: " + _format_eval(result))
                     if cfg.early_stop_acc and result["acc"] > cfg.early_stop_acc:
@@ -252,7 +254,8 @@ class Trainer:
                     self.save()
                     barrier(self.dist)
             st.stop_reason = st.stop_reason or "max_steps reached"
-            self._log_eval(metrics)
+            if evaluated_at != st.step:
+                self._log_eval(metrics)
             self.save()
             barrier(self.dist)
         except KeyboardInterrupt:
