@@ -362,6 +362,15 @@ def test_bad_config_raises(kwargs, match):
         PGSMConfig(**{**TINY, **kwargs})
 
 
+def test_tie_word_embeddings_is_the_hf_name_of_tie_weights():
+    assert PGSMConfig(**TINY, tie_word_embeddings=False).tie_weights is False
+    assert PGSMConfig(**TINY).tie_word_embeddings is True
+    untied = PGSMForCausalLM(PGSMConfig(**TINY, tie_weights=False))
+    assert untied.lm_head.weight is not untied.model.token_emb.weight
+    with pytest.raises(ValueError, match="contradicts"):
+        PGSMConfig(**TINY, tie_weights=True, tie_word_embeddings=False)
+
+
 def test_retrieval_shape_is_only_checked_when_the_retriever_is_built():
     cfg = PGSMConfig(**{**TINY, "retrieval_dim": 30, "retrieval_heads": 4, "use_sparse_retrieval": False})
     model = PGSMForCausalLM(cfg)

@@ -36,7 +36,8 @@ class PGSMConfig(PretrainedConfig):
             each row (or its last token when the row has none) (False).
         retrieve_at_last_token_if_unspecified: without explicit positions (and without auto
             detection), retrieve at the last token of every forward call (False).
-        tie_weights: share the embedding table with the LM head (True).
+        tie_weights: share the embedding table with the LM head (True); ``tie_word_embeddings`` is
+            accepted as its transformers name.
         use_post_retrieval_block: one more backbone block after the retriever (True).
         ignore_index: label ignored by the loss (-100).
         init_std: std of the normal init of Linear/Embedding weights (0.02).
@@ -73,7 +74,7 @@ class PGSMConfig(PretrainedConfig):
         query_token_id: int | None = None,
         auto_retrieve_on_query_token: bool = False,
         retrieve_at_last_token_if_unspecified: bool = False,
-        tie_weights: bool = True,
+        tie_weights: bool | None = None,
         use_post_retrieval_block: bool = True,
         ignore_index: int = -100,
         init_std: float = 0.02,
@@ -95,15 +96,17 @@ class PGSMConfig(PretrainedConfig):
         self.query_token_id = query_token_id
         self.auto_retrieve_on_query_token = auto_retrieve_on_query_token
         self.retrieve_at_last_token_if_unspecified = retrieve_at_last_token_if_unspecified
-        self.tie_weights = tie_weights
+        hf_tie = kwargs.pop("tie_word_embeddings", None)  # the transformers name of the same switch
+        if tie_weights is not None and hf_tie is not None and bool(hf_tie) != bool(tie_weights):
+            raise ValueError(f"tie_weights={tie_weights!r} contradicts tie_word_embeddings={hf_tie!r}; pass one of them")
+        self.tie_weights = bool(tie_weights if tie_weights is not None else (hf_tie if hf_tie is not None else True))
         self.use_post_retrieval_block = use_post_retrieval_block
         self.ignore_index = ignore_index
         self.init_std = init_std
         self.rope_layout = rope_layout
         self.use_cache = use_cache
         self._validate()
-        kwargs.pop("tie_word_embeddings", None)
-        super().__init__(tie_word_embeddings=tie_weights, **kwargs)
+        super().__init__(tie_word_embeddings=self.tie_weights, **kwargs)
 
     def _validate(self) -> None:
         for name in ("vocab_size", "block_size", "dim", "layers", "hidden", "kernel_size"):
