@@ -12,7 +12,8 @@ in the layer state; otherwise ``max(1, T // (2P²))`` of this call, which a cach
 every later decoding step reuses it.
 
 A local layer over a fresh sequence longer than ``2W`` runs block by block (``local_blocks.py``,
-``2TWP²`` scores instead of ``T²P²``); decoding steps and chunks after a cache use the masked path.
+``2TWP²`` scores instead of ``T²P²``); decoding steps and chunks after a cache use the masked path
+over the last ``T + W − 1`` cached tokens only (older keys are outside every query's window).
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ class AttentionCore(nn.Module):
                 f"attention_mask covers {attention_mask.shape[-1]} tokens but the layer holds {ks.shape[2] // p} "
                 "(cached + new); pass the full 2-D mask over past and current tokens"
             )
-        bias = self.bias(attention_mask, t, ks.shape[2] // p, window, q.device)
+        kv_len = ks.shape[2] // p
+        if window is not None and kv_len > t + window - 1:  # keys older than every query's window: skip them
+            kv_len = t + window - 1
+            ks, vs = ks[:, :, -kv_len * p :], vs[:, :, -kv_len * p :]
+        bias = self.bias(attention_mask, t, kv_len, window, q.device)
         out = sdpa(qs, ks, vs, bias, dropout)
         return out.view(b, h, t, p, d).permute(0, 2, 1, 3, 4)
