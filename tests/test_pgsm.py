@@ -179,6 +179,18 @@ def test_several_positions_equal_the_sum_of_single_reads():
     torch.testing.assert_close(both, one + two - x, atol=ATOL, rtol=0)
 
 
+def test_rows_without_positions_keep_every_parameter_in_the_graph():
+    """A batch whose rows all pad (-1) still reaches every parameter (DDP needs the same graph on
+    every rank) and leaves the stream unchanged before the post-retrieval block."""
+    model = make().train()
+    ids = torch.randint(0, 61, (2, 9))
+    model(input_ids=ids, labels=ids, retrieval_positions=torch.full((2, 2), -1), use_cache=False).loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    retriever = model.model.retriever
+    x = torch.randn(2, 9, 32)
+    assert torch.equal(retriever(x, torch.full((2, 2), -1), torch.arange(9).expand(2, 9)), x)
+
+
 def test_retrieval_off_is_exactly_the_backbone():
     on = make()
     off = PGSMForCausalLM(PGSMConfig(**{**TINY, "use_sparse_retrieval": False})).eval()

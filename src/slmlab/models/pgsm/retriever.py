@@ -127,7 +127,9 @@ class QueryOnlyRoPERetriever(nn.Module):
         if positions.shape[1] > t:  # at most T positions can fall on T tokens: drop the rest
             local = torch.where(valid, local, torch.full_like(local, t)).sort(dim=1).values[:, :t]
             valid = local < t
-        if not bool(valid.any()):
+        # Without autograd (decoding) skip the read when no position falls here; with autograd always
+        # run it, so every parameter is in the graph on every rank (DDP) and no host sync is needed.
+        if positions.shape[1] == 0 or (not torch.is_grad_enabled() and not bool(valid.any())):
             return x
         idx = local.clamp(0, t - 1)  # [B, Q]
         qh = h.gather(1, idx[..., None].expand(-1, -1, d))  # [B, Q, D]
