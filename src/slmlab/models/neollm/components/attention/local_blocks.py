@@ -53,9 +53,15 @@ def blocked_local_attention(
     s = torch.arange(2 * c, device=q.device)[None, :]
     allowed = ((s <= a) & (a - s < window))[None, None] & valid[:, :, None, :]  # [B, nb, C, 2C]
     allowed = allowed | ~allowed.any(-1, keepdim=True)  # rows of padding that see nothing: keep SDPA finite
-    allowed = allowed.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)[:, :, None]
+    allowed = allowed.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)
+    # Blocks folded into the batch: 4-D inputs keep SDPA on its fused kernels.
     out = F.scaled_dot_product_attention(
-        qb, key_blocks(k), key_blocks(v), attn_mask=allowed, dropout_p=dropout_p, enable_gqa=h != hk
+        qb.reshape(b * nb, h, c * p, d),
+        key_blocks(k).reshape(b * nb, hk, 2 * c * p, d),
+        key_blocks(v).reshape(b * nb, hk, 2 * c * p, d),
+        attn_mask=allowed.reshape(b * nb, 1, c * p, 2 * c * p),
+        dropout_p=dropout_p,
+        enable_gqa=h != hk,
     )
     out = out.view(b, nb, h, c, p, d).permute(0, 1, 3, 2, 4, 5).reshape(b, nb * c, h, p, d)
     return out[:, :t]
