@@ -363,8 +363,13 @@ def test_hadamard_matmul_equals_butterfly_and_is_orthogonal():
     assert torch.allclose(out(x).norm(dim=-1), x.norm(dim=-1), atol=1e-4)  # α=1, β=0: an isometry
 
 
-@pytest.mark.parametrize("kw, match", [(dict(num_attention_heads=3, num_key_value_heads=1, head_dim=16, hidden_size=48), "power of two"),
-                                       (dict(head_dim=8), r"\(32\) == hidden_size \(64\)")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(num_attention_heads=3, num_key_value_heads=1, head_dim=16, hidden_size=48), "power of two"),
+        (dict(head_dim=8), r"\(32\) == hidden_size \(64\)"),
+    ],
+)
 def test_hadamard_checks(kw, match):
     with pytest.raises(ValueError, match=match):
         NeoLLMAttention(tiny(**kw), 0)

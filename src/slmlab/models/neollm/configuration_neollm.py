@@ -173,7 +173,8 @@ class NeoLLMConfig(PretrainedConfig):
         kwargs.pop("auto_map", None)
         rope_parameters = kwargs.pop("rope_parameters", None)
         if rope_scaling is None and rope_parameters and rope_parameters.get("rope_type", "default") != "default":
-            rope_scaling = {k: v for k, v in rope_parameters.items() if k not in ("rope_theta", "partial_rotary_factor")}
+            folded = ("rope_theta", "partial_rotary_factor")
+            rope_scaling = {k: v for k, v in rope_parameters.items() if k not in folded}
 
         tie_word_embeddings = self._resolve_tying(use_token_generator, tie_word_embeddings)
         self._warn_inactive_embedding_multipliers(
@@ -196,7 +197,10 @@ class NeoLLMConfig(PretrainedConfig):
         if use_iha:
             self._check_iha(iha_num_pseudo_heads, iha_local_global_pattern, iha_sliding_window)
         self._check_residual_flow(
-            use_laurel=use_laurel, use_attn_res=use_attn_res, use_stack_memory=use_stack_memory, use_siamesenorm=use_siamesenorm
+            use_laurel=use_laurel,
+            use_attn_res=use_attn_res,
+            use_stack_memory=use_stack_memory,
+            use_siamesenorm=use_siamesenorm,
         )
         if use_laurel and not use_laurel_rw and not use_laurel_lr:
             raise ValueError(

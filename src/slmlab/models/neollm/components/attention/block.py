@@ -15,7 +15,6 @@ construction (NeoLLM part 2/3).
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from ..fan import make_fan
