@@ -143,3 +143,18 @@ def test_spec_parsing_settings_and_overrides():
 def test_invalid_configs_name_the_field(spec, match):
     with pytest.raises(ValueError, match=match):
         parse_task_spec(spec)
+
+
+@pytest.mark.parametrize("k", [3, 4])  # 3: rejection path (k^2 <= range); 4: sorted-keys path
+def test_distinct_uniform_is_distinct_in_range_and_uniform(k):
+    from slmlab.data.tasks.base import distinct_uniform
+
+    x = distinct_uniform(np.random.default_rng(0), 5, 15, 40_000, k)
+    assert x.shape == (40_000, k) and x.min() >= 5 and x.max() < 15
+    ordered = np.sort(x, axis=1)
+    assert (ordered[:, 1:] != ordered[:, :-1]).all()
+    for col in range(k):  # every slot is uniform over the range (1/10 each, 4-sigma band)
+        freq = np.bincount(x[:, col] - 5, minlength=10) / len(x)
+        assert np.abs(freq - 0.1).max() < 0.006
+    with pytest.raises(ValueError, match="cannot draw 11 distinct values"):
+        distinct_uniform(np.random.default_rng(0), 5, 15, 1, 11)

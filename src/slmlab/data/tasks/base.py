@@ -196,12 +196,21 @@ def weighted_sample_without_replacement(
 def distinct_uniform(rng: np.random.Generator, low: int, high: int, n_rows: int, k: int) -> np.ndarray:
     """``k`` distinct integers from ``[low, high)`` per row, in uniformly random order.
 
-    The ``k`` smallest of ``high - low`` uniform keys, ordered by key: a uniform ordered sample.
-    Returns int64 ``[n_rows, k]``.
+    Few draws from a wide range (``k^2 <= range``, e.g. MQAR keys): i.i.d. draws, rows with a repeat
+    drawn again (rejection keeps the law uniform over distinct ordered tuples). Otherwise the ``k``
+    smallest of ``high - low`` uniform keys, ordered by key. Returns int64 ``[n_rows, k]``.
     """
     size = high - low
     if not 0 < k <= size:
         raise ValueError(f"cannot draw {k} distinct values from [{low}, {high})")
+    if k * k <= size:
+        out = rng.integers(low, high, size=(n_rows, k))
+        while True:
+            ordered = np.sort(out, axis=1)
+            redo = np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1))
+            if redo.size == 0:
+                return out.astype(np.int64)
+            out[redo] = rng.integers(low, high, size=(redo.size, k))
     keys = rng.random((n_rows, size))
     chosen = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < size else np.tile(np.arange(size), (n_rows, 1))
     order = np.argsort(np.take_along_axis(keys, chosen, axis=1), axis=1)
