@@ -238,3 +238,11 @@ def test_dataloader_benchmark_runs(corpus, tmp_path):
     result = bench.main(args)
     assert result["train_tokens_per_s_loader"] > 0 and result["train_tokens_per_s_prebuilt"] > 0
     assert 0 <= result["loader_wait_share"] < 1
+
+
+def test_leakage_counts_rows_shared_with_train():
+    from slmlab.data.sources import TaskSource
+
+    train = np.arange(12, dtype=np.uint16).reshape(4, 3)
+    other = np.stack([train[1], train[3], np.array([99, 98, 97], dtype=np.uint16)])
+    assert TaskSource._overlap(train, other) == pytest.approx(2 / 3)

@@ -221,8 +221,9 @@ class TaskSource(DataSource):
 
     @staticmethod
     def _overlap(train: np.ndarray, other: np.ndarray) -> float:
-        seen = {row.tobytes() for row in train}
-        return float(np.mean([row.tobytes() in seen for row in other]))
+        """Fraction of ``other``'s rows that also occur in ``train`` (64-bit row hashes)."""
+        seen = {hash(row.tobytes()) for row in train}
+        return float(np.mean([hash(row.tobytes()) in seen for row in other]))
 
     def _num_rows(self, split: str, shuffled: bool) -> int:
         return len(self._sets[split]["inputs"])
