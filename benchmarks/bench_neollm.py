@@ -1,0 +1,185 @@
+"""NeoLLM throughput: the default stack vs a plain Llama-style model, per-component cost, cached decoding.
+
+1. Training tokens/s (forward + backward + AdamW, same batch) of the default NeoLLM and of a plain
+   Llama-style decoder of the same width/depth/heads built from ``slmlab.layers`` (the Lumen family,
+   untied head), with their ratio (target: NeoLLM costs at most 2x the plain model).
+2. The cost of each default component: the default stack with that one component switched off;
+   ``cost = t(default) / t(without it) - 1``.
+3. Generation tokens/s at a 512-token context: ``slmlab.generation`` through the cache vs recomputing
+   the whole prefix for every new token (target: >= 5x).
+
+    .venv/bin/python benchmarks/bench_neollm.py [--vocab 64402] [--batch 2] [--seq 128] [--sections train,components,generate]
+
+Width/depth/heads default to the seed's config (512 wide, 12 layers, 8/4 heads of 64, MLP 1536).
+Pass ``--vocab`` to shrink the embedding/head (identical for both models) on a small machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import print_table  # noqa: E402
+
+from slmlab.generation import generate  # noqa: E402
+from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
+from slmlab.models.neollm import NeoLLMConfig, NeoLLMForCausalLM  # noqa: E402
+
+# One default component switched off per row (the output gate has no flag and stays on).
+TOGGLES = {
+    "FAN_attn (fan_ratio)": dict(fan_ratio=0.0),
+    "FAN_ffn (fan_ratio_ffn)": dict(fan_ratio_ffn=0.0),
+    "IHA (P=2, LLLLG)": dict(use_iha=False),
+    "REPO + GRAPE": dict(use_repo=False, use_repo_grape=False),
+    "momentum attention": dict(use_momentum_attention=False),
+    "XSA": dict(use_xsa=False),
+    "Hadamard o_proj (vs dense)": dict(use_hadamard_o_proj=False),
+    "learnable multipliers": dict(use_learnable_multipliers=False),
+    "SiameseNorm (vs pre-norm)": dict(use_siamesenorm=False),
+    "Spelling Bee": dict(use_spelling_bee_embeddings=False),
+    "xIELU (vs SiLU)": dict(hidden_act="silu"),
+    "dropout (both)": dict(dropout_rate=0.0, attention_dropout=0.0),
+}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats: int, warmup: int = 1) -> float:
+    """Fastest of ``repeats`` timed runs after ``warmup`` runs: on a shared machine the minimum is
+    the least disturbed estimate."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def neollm(args, **overrides) -> NeoLLMForCausalLM:
+    torch.manual_seed(0)
+    cfg = NeoLLMConfig(vocab_size=args.vocab, iha_sliding_window=args.window, **overrides)
+    model = NeoLLMForCausalLM(cfg)
+    if cfg.use_spelling_bee_embeddings:
+        model.model.spelling_bee.set_byte_table_from_bytes([bytes([t % 256]) * (1 + t % 6) for t in range(args.vocab)])
+    return model.to(args.device)
+
+
+def plain_llama(args) -> LumenForCausalLM:
+    ref = NeoLLMConfig()
+    torch.manual_seed(0)
+    cfg = LumenConfig(
+        vocab_size=args.vocab, hidden_dim=ref.hidden_size, num_layers=ref.num_hidden_layers,
+        num_heads=ref.num_attention_heads, num_kv_heads=ref.num_key_value_heads,
+        intermediate_dim=ref.intermediate_size, max_seq_len=4096, tie_word_embeddings=False,
+    )
+    return LumenForCausalLM(cfg).to(args.device)
+
+
+def train_step(model, args):
+    """A closure running one forward + backward + AdamW step on a fixed batch."""
+    model.train()
+    ids = torch.randint(1, args.vocab, (args.batch, args.seq), device=args.device, generator=None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    return step
+
+
+def train_step_time(model, args) -> float:
+    return timed(train_step(model, args), args.device, args.repeats)
+
+
+def interleaved_times(steps, args) -> list[float]:
+    """Time several step closures in alternating rounds (A B A B ...) so machine noise hits all alike."""
+    for step in steps:
+        step()
+    sync(args.device)
+    best = [float("inf")] * len(steps)
+    for _ in range(args.repeats):
+        for i, step in enumerate(steps):
+            t0 = time.perf_counter()
+            step()
+            sync(args.device)
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
+
+
+def generation_rates(model, args) -> tuple[float, float]:
+    """(cached tokens/s, recompute tokens/s) for ``--new`` tokens after a prompt filling ``--context``."""
+    model.eval()
+    prompt = torch.randint(1, args.vocab, (1, args.context - args.new), device=args.device)
+    cached = timed(lambda: generate(model, prompt, args.new), args.device, 1)
+
+    @torch.inference_mode()
+    def recompute():
+        ids = prompt
+        for _ in range(args.new):
+            nxt = model(input_ids=ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+
+    full = timed(recompute, args.device, 1, warmup=0)
+    return args.new / cached, args.new / full
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--vocab", type=int, default=64402)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--window", type=int, default=None, help="iha_sliding_window (None = automatic)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--context", type=int, default=512)
+    p.add_argument("--new", type=int, default=32)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--sections", default="train,components,generate", help="comma-separated subset to run")
+    args = p.parse_args()
+    args.device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    tokens = args.batch * args.seq
+    sections = set(args.sections.split(","))
+
+    if sections & {"train", "components"}:
+        t_plain, t_neo = interleaved_times([train_step(plain_llama(args), args), train_step(neollm(args), args)], args)
+        rows = [
+            {"model": "plain Llama-style (slmlab.layers)", "step s": t_plain, "tokens/s": tokens / t_plain, "x plain": 1.0},
+            {"model": "NeoLLM default stack", "step s": t_neo, "tokens/s": tokens / t_neo, "x plain": t_neo / t_plain},
+        ]
+        print_table(rows, f"Training, batch {args.batch}x{args.seq}, vocab {args.vocab}, {args.device}")
+        print(f"RATIO train NeoLLM/plain step time = {t_neo / t_plain:.2f}x (target <= 2x)", flush=True)
+
+    if "components" in sections:
+        comp = []
+        for name, overrides in TOGGLES.items():
+            t = train_step_time(neollm(args, **overrides), args)
+            comp.append({"switched off": name, "step s": t, "x plain": t / t_plain, "cost of component": t_neo / t - 1})
+            print(f"  {name}: {t:.3f} s/step", flush=True)
+        print_table(comp, "Default stack with one component off (cost = t(default)/t(without) - 1)")
+
+    if "generate" in sections:
+        cached, full = generation_rates(neollm(args), args)
+        print_table(
+            [{"decode": "cache (slmlab.generation)", "tokens/s": cached}, {"decode": "recompute prefix", "tokens/s": full}],
+            f"Generation of {args.new} tokens reaching a {args.context}-token context, batch 1",
+        )
+        print(f"RATIO generation cache/recompute = {cached / full:.1f}x (target >= 5x)")
+
+
+if __name__ == "__main__":
+    main()
