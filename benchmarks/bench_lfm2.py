@@ -23,7 +23,7 @@ import torch
 from transformers import Lfm2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import print_table, timeit  # noqa: E402
+from common import print_table  # noqa: E402
 
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lfm2 import Lfm2SmallConfig, config_to_transformers, from_transformers  # noqa: E402
@@ -42,47 +42,57 @@ def bench_generation(ours, hf, prompt_len=128, new=128, repeats=3) -> list[dict]
     ref = hf.generate(ids, **kw)
     got = generate(ours, ids, new)
     assert torch.equal(ref, got), "greedy outputs differ"
-    ours_hf = ours.generate(ids, **kw)
-    assert torch.equal(ref, ours_hf), "our model under HF generate() differs"
+    assert torch.equal(ref, ours.generate(ids, **kw)), "our model under HF generate() differs"
 
     def run_hf(model):
-        with torch.inference_mode():
-            model.generate(ids, **kw)
+        def run():
+            with torch.inference_mode():
+                model.generate(ids, **kw)
 
-    t_ours = timeit(lambda: generate(ours, ids, new), repeats)
-    t_ours_hf = timeit(lambda: run_hf(ours), repeats)
-    t_hf = timeit(lambda: run_hf(hf), repeats)
-    return [
-        {"side": "transformers Lfm2 .generate()", "tokens/s": new / t_hf, "ratio": 1.0},
-        {"side": "slmlab LFM2 under HF .generate()", "tokens/s": new / t_ours_hf, "ratio": t_hf / t_ours_hf},
-        {"side": "slmlab LFM2 slmlab.generation", "tokens/s": new / t_ours, "ratio": t_hf / t_ours},
-    ]
+        return run
+
+    times = interleaved(
+        {
+            "transformers Lfm2 .generate()": run_hf(hf),
+            "slmlab LFM2 under HF .generate()": run_hf(ours),
+            "slmlab LFM2 slmlab.generation": lambda: generate(ours, ids, new),
+        },
+        repeats,
+    )
+    base = times["transformers Lfm2 .generate()"]
+    return [{"side": name, "tokens/s": new / sec, "ratio": base / sec} for name, sec in times.items()]
 
 
-@torch.inference_mode()
-def decode_ms_per_token(model, context: int, steps: int = 64, repeats: int = 3) -> float:
-    """Prefill ``context`` tokens, then time ``steps`` single-token forwards through the cache."""
+def decode_step_timer(model, context: int, steps: int = 64) -> Callable[[], float]:
+    """A function that prefills ``context`` tokens, times ``steps`` single-token forwards through
+    the cache and returns seconds per token (the prefill is not timed)."""
     ids = torch.randint(0, model.config.vocab_size, (1, context))
-    best = float("inf")
-    for _ in range(repeats):
+
+    @torch.inference_mode()
+    def run() -> float:
         cache = model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
         nxt = ids[:, -1:]
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(steps):
             out = model(input_ids=nxt, cache=cache, use_cache=True)
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-        best = min(best, (time.perf_counter() - t0) / steps)
-    return best * 1e3
+        return (CLOCK() - t0) / steps
+
+    return run
 
 
 def bench_decode_latency(ours, repeats=3) -> list[dict]:
     ours.eval()
-    short = decode_ms_per_token(ours, 128, repeats=repeats)
-    long = decode_ms_per_token(ours, 2048, repeats=repeats)
-    return [
-        {"context": 128, "ms/token": short, "ratio to 128": 1.0},
-        {"context": 2048, "ms/token": long, "ratio to 128": long / short},
-    ]
+    timers = {ctx: decode_step_timer(ours, ctx) for ctx in (128, 2048)}
+    per_token: dict[int, list[float]] = {ctx: [] for ctx in timers}
+    for _ in range(repeats):
+        for ctx, timer in timers.items():  # alternate the two contexts
+            per_token[ctx].append(timer())
+    ms = {ctx: 1e3 * statistics.median(v) for ctx, v in per_token.items()}
+    return [{"context": ctx, "ms/token": v, "ratio to 128": v / ms[128]} for ctx, v in ms.items()]
+
+
+CLOCK: Callable[[], float] = time.perf_counter
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -93,9 +103,9 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str,
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(CLOCK() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -125,11 +135,19 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", choices=("generation", "latency", "training"), default=None)
+    p.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall",
+        help="wall: elapsed time (default). cpu: this process's CPU time, which a busy shared machine"
+        " inflates much less; with --threads 1 it approximates the wall time on an idle machine",
+    )
     args = p.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
     ours, hf = twins(Lfm2SmallConfig(vocab_size=2048))
     print(f"LFM2Small seed config, vocab 2048, {sum(q.numel() for q in ours.parameters()):,} parameters, "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}")
+          f"{torch.get_num_threads()} threads, {args.clock} clock, torch {torch.__version__}, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if args.only in (None, "generation"):
         print_table(bench_generation(ours, hf, repeats=args.repeats),
                     "Generation, batch 1, prompt 128, 128 new tokens, greedy (target ratio >= 5)")
