@@ -114,8 +114,9 @@ class FamilyTester:
     def test_decode_equals_prefill(self, prefill):
         model = self.make_model()
         ids = self.random_ids(model)
-        full = model(input_ids=ids, use_cache=False).logits
-        step = decode_stepwise(model, ids, prefill=prefill)
+        kw = self.forward_kwargs(ids)
+        full = model(input_ids=ids, use_cache=False, **kw).logits
+        step = decode_stepwise(model, ids, prefill=prefill, **kw)
         torch.testing.assert_close(step, full, atol=ATOL, rtol=0)
 
     def test_decode_equals_prefill_left_padded(self):

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..layers.cache import ModelCache
+from ..layers.masks import position_ids_from_mask
 
 
 def validate_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
@@ -76,3 +82,130 @@ class SLMPreTrainedModel(PreTrainedModel):
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         """An empty cache for this model. Families override this."""
         raise TypeError(f"{type(self).__name__} does not define a decoding cache")
+
+
+@dataclass
+class StepInputs:
+    """What a base model's forward needs after the shared boundary checks.
+
+    Args:
+        embeds: ``[B, T, d]`` input embeddings.
+        cache: the cache to read and update (built fresh when ``use_cache`` and none was given), or None.
+        past: tokens already in the cache.
+        position_ids: ``[B, T]`` positions of the current tokens (real tokens only under left padding).
+        use_cache: whether the caller asked for the cache back.
+    """
+
+    embeds: torch.Tensor
+    cache: ModelCache | None
+    past: int
+    position_ids: torch.Tensor
+    use_cache: bool
+
+
+def prepare_step(
+    model: "SLMPreTrainedModel",
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    cache: ModelCache | None,
+    past_key_values: ModelCache | None,
+    use_cache: bool | None,
+    embed: Callable[[torch.Tensor], torch.Tensor],
+    max_positions: int | None,
+    positions_field: str = "max_position_embeddings",
+) -> StepInputs:
+    """The boundary of every base model's forward: validate the inputs, embed them, pick or build
+    the cache, check the length and the mask, and derive position ids from the mask."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("pass exactly one of input_ids or inputs_embeds")
+    cache = resolve_cache_arg(cache, past_key_values)
+    config = model.config
+    if input_ids is not None:
+        validate_input_ids(input_ids, config.vocab_size)
+        inputs_embeds = embed(input_ids)
+    else:
+        validate_embeds(inputs_embeds, config.hidden_size)
+    use_cache = bool(getattr(config, "use_cache", True) if use_cache is None else use_cache)
+    if use_cache and cache is None:
+        cache = model.new_cache(inputs_embeds.shape[0])
+    b, t, _ = inputs_embeds.shape
+    past = cache.seen_tokens if cache is not None else 0
+    validate_length(past + t, max_positions, positions_field)
+    if attention_mask is not None and tuple(attention_mask.shape) != (b, past + t):
+        raise ValueError(
+            f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
+        )
+    if position_ids is None:
+        position_ids = position_ids_from_mask(attention_mask, past, t, b, inputs_embeds.device)
+    return StepInputs(inputs_embeds, cache, past, position_ids, use_cache)
+
+
+class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
+    """A family's causal LM: its base model (``self.model``) plus an LM head, tied to the
+    embedding table when ``config.tie_word_embeddings``.
+
+    A family sets ``base_model_class`` (and ``_tied_weights_keys`` if its table is not
+    ``model.embed_tokens``); family-specific forward inputs (PGSM's ``retrieval_positions``) pass
+    through ``**family_inputs`` to the base model. ``labels`` are shifted inside; a family with
+    auxiliary losses overrides :meth:`compute_loss`.
+    """
+
+    base_model_class: type[nn.Module]
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def new_cache(self, batch_size: int | None = None) -> ModelCache:
+        return self.model.new_cache(batch_size)
+
+    def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor, base_output) -> torch.Tensor:
+        return causal_lm_loss(logits, labels, getattr(self.config, "ignore_index", -100))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        logits_to_keep: int = 0,
+        **family_inputs,
+    ) -> CausalLMOutputWithPast:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=resolve_cache_arg(cache, past_key_values),
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **family_inputs,
+        )
+        hidden = out.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = self.lm_head(hidden)
+        loss = self.compute_loss(logits, labels, out) if labels is not None else None
+        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
+        return result if return_dict is not False else result.to_tuple()
