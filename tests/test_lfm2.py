@@ -116,6 +116,10 @@ def test_streaming_cache_holds_k_minus_1_inputs_and_decode_matches():
     cache = out.cache
     assert [type(s) for s in cache] == [ConvState, KVState, ConvState, KVState]
     assert cache[0].window.shape == (2, 32, 3) and cache[1].length == 30
+    with torch.no_grad():
+        for t in range(30, 40):  # the conv state stays K-1 wide: a step costs O(K), not O(context)
+            model(input_ids=ids[:, t : t + 1], cache=cache)
+    assert cache[0].window.shape == (2, 32, 3) and cache[1].length == 40 and cache.seen_tokens == 40
     step = decode_stepwise(model, ids, prefill=30)
     torch.testing.assert_close(step, full, atol=ATOL, rtol=0)
 
