@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -175,6 +176,11 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
 
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return self.model.new_cache(batch_size)
+
+    def _validate_model_kwargs(self, model_kwargs: dict) -> None:
+        # family inputs reach the base model through **family_inputs: generate() must accept their names
+        family = set(inspect.signature(self.model.forward).parameters) - {"kwargs"}
+        super()._validate_model_kwargs({k: v for k, v in model_kwargs.items() if k not in family})
 
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor, base_output) -> torch.Tensor:
         return causal_lm_loss(logits, labels, getattr(self.config, "ignore_index", -100))

@@ -12,13 +12,11 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import CausalDepthwiseConv1d, ConvState, KVState, ModelCache, TensorState
-from ...layers.masks import position_ids_from_mask
-from ..base import SLMPreTrainedModel, causal_lm_loss, resolve_cache_arg, validate_embeds, validate_input_ids
+from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step
 from .blocks import IdentityBlock, ParallelGeometricBlock
 from .configuration_pgsm import PGSMConfig
 from .positions import resolve_retrieval_positions
@@ -134,30 +132,21 @@ class PGSMModel(PGSMPreTrainedModel):
                 remembered: each is applied by the call that processes its token, whether the caller
                 passes them once (prefill) or at every step (``generate()``).
         """
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids or inputs_embeds")
-        cache = resolve_cache_arg(cache, past_key_values)
         # decoding (a cache passed in, or use_cache=True asked for explicitly, as generate() does) may
         # name positions of tokens still to come; a plain forward (training) must not
-        decoding = cache is not None or use_cache is True
-        if input_ids is not None:
-            validate_input_ids(input_ids, self.config.vocab_size)
-            inputs_embeds = self.token_emb(input_ids)
-        else:
-            validate_embeds(inputs_embeds, self.config.dim)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and cache is None:
-            cache = self.new_cache()
+        decoding = cache is not None or past_key_values is not None or use_cache is True
+        step = prepare_step(
+            self, input_ids, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
+            self.token_emb, None,
+        )
+        inputs_embeds, cache, past, position_ids, use_cache = (
+            step.embeds, step.cache, step.past, step.position_ids, step.use_cache
+        )
         b, t, _ = inputs_embeds.shape
-        past = cache.seen_tokens if cache is not None else 0
         if past + t > self.config.block_size:
             raise ValueError(
                 f"Input length {past + t} exceeds config.block_size={self.config.block_size} (cached + new tokens); "
                 "shorten the input or build the model with a larger block_size"
-            )
-        if attention_mask is not None and attention_mask.shape != (b, past + t):
-            raise ValueError(
-                f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
             )
         device = inputs_embeds.device
         key_mask = attention_mask.bool() if attention_mask is not None else None
@@ -166,8 +155,6 @@ class PGSMModel(PGSMPreTrainedModel):
             if key_mask is not None
             else inputs_embeds.new_ones(b, t, 1)
         )
-        if position_ids is None:
-            position_ids = position_ids_from_mask(attention_mask, past, t, b, device)
 
         x = inputs_embeds
         for i, block in enumerate(self.blocks):
@@ -185,68 +172,16 @@ class PGSMModel(PGSMPreTrainedModel):
         return BaseModelOutputWithPast(last_hidden_state=self.final_norm(x), cache=cache if use_cache else None)
 
 
-class PGSMForCausalLM(PGSMPreTrainedModel, GenerationMixin):
+class PGSMForCausalLM(SLMForCausalLM, PGSMPreTrainedModel):
     """PGSM with an LM head (tied to the embedding table when ``tie_weights``).
 
     ``labels`` follow transformers (aligned with the inputs, shifted inside, ``-100`` ignored);
-    :meth:`seed_forward` keeps the seed's ``(logits, loss)`` call with pre-shifted labels.
+    ``retrieval_positions`` pass through to :class:`PGSMModel`; :meth:`seed_forward` keeps the
+    seed's ``(logits, loss)`` call with pre-shifted labels.
     """
 
+    base_model_class = PGSMModel
     _tied_weights_keys = {"lm_head.weight": "model.token_emb.weight"}
-
-    def __init__(self, config: PGSMConfig) -> None:
-        super().__init__(config)
-        self.model = PGSMModel(config)
-        self.lm_head = nn.Linear(config.dim, config.vocab_size, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.token_emb
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.token_emb = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def new_cache(self, batch_size: int | None = None) -> ModelCache:
-        return self.model.new_cache(batch_size)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        return_dict: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        logits_to_keep: int = 0,
-        retrieval_positions: torch.Tensor | None = None,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            past_key_values=past_key_values,
-            retrieval_positions=retrieval_positions,
-        )
-        hidden = out.last_hidden_state
-        if logits_to_keep:
-            hidden = hidden[:, -logits_to_keep:]
-        logits = self.lm_head(hidden)
-        loss = causal_lm_loss(logits, labels, self.config.ignore_index) if labels is not None else None
-        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
-        return result if return_dict is not False else result.to_tuple()
 
     def seed_forward(
         self,
