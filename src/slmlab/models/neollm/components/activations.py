@@ -53,9 +53,8 @@ class XIELU(nn.Module):
         x = x.float()
         alpha_p = F.softplus(self.alpha_p.float())
         alpha_n = self.beta + F.softplus(self.alpha_n.float())
-        positive = alpha_p * x * x + self.beta * x
-        negative = alpha_n * (torch.expm1(x.clamp(max=self.eps)) - x) + self.beta * x
-        return torch.where(x > 0, positive, negative).to(dtype)
+        branch = torch.where(x > 0, alpha_p * x * x, alpha_n * (torch.expm1(x.clamp(max=self.eps)) - x))
+        return (branch + self.beta * x).to(dtype)
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, eps={self.eps}"
