@@ -287,3 +287,23 @@ def test_gpt2_byte_alphabet_is_a_bijection():
     table = unicode_to_byte()
     assert len(table) == 256 and sorted(table.values()) == list(range(256))
     assert piece_to_bytes("Ā") == b"\x00" and piece_to_bytes("<0xff>") == b"\xff"
+
+
+def test_residual_flows_and_spelling_bee_are_positionwise():
+    torch.manual_seed(0)
+    bee = SpellingBee(10, 8)
+    bee.set_byte_table_from_bytes([bytes([t]) * (t % 4) for t in range(10)])
+    ids = torch.randint(0, 10, (2, 6))
+    e = torch.randn(2, 6, 8)
+    for flow in (SiameseResidual(8, 1), PreNormResidual(8, 1)):
+        streams = (e, e * 2)[: 2 if isinstance(flow, SiameseResidual) else 1]
+        base = flow.add(*flow.mlp_input(flow.attn_input(streams)[0]))
+        moved = tuple(s.clone() for s in streams)
+        moved[0][:, 4] += 1.0
+        out = flow.add(*flow.mlp_input(flow.attn_input(moved)[0]))
+        for a, b in zip(base, out):
+            assert torch.equal(a[:, :4], b[:, :4]) and torch.equal(a[:, 5:], b[:, 5:])
+    other = ids.clone()
+    other[:, 4] = (other[:, 4] + 1) % 10
+    d = (bee(e, ids) - bee(e, other)).abs().amax(-1)
+    assert torch.all(d[:, :4] == 0) and torch.all(d[:, 5:] == 0)
