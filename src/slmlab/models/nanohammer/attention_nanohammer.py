@@ -81,8 +81,9 @@ class RunningSum(LayerState):
 
 
 class NanoHammerAttention(CausalSelfAttention):
-    """Llama attention (``q_proj``/``k_proj``/``v_proj``/``o_proj``, RoPE, GQA through SDPA) whose keys
-    and values come from the state tokens and hidden tokens, queries from the hidden tokens only.
+    """Llama attention (Touvron et al. 2023, arXiv:2302.13971; GQA, Ainslie et al. 2023,
+    arXiv:2305.13245) whose keys and values come from the state tokens and hidden tokens, and whose
+    queries come from the hidden tokens only.
 
     ``out_i = o_proj(softmax(q_i K^T / sqrt(D) + mask) V)`` with ``K, V`` over the interleaved
     sequence (module docstring). ``o_proj`` carries a bias when ``bias`` is set, as in transformers'

@@ -55,7 +55,7 @@ class NanoHammerDecoderLayer(nn.Module):
 
     def __init__(self, config: NanoHammerConfig, rotation: HolographicRotation) -> None:
         super().__init__()
-        self.rotation = [rotation]  # shared; a list keeps it out of this module's children
+        self.rotation = rotation  # the model's shared instance (no parameters, no buffers)
         eps = config.rms_norm_eps
         self.state_cell = StateUpdateCell(config.state_hidden_size, config.num_state_heads, eps)
         self.state_projection = StateTokenProjection(config.state_hidden_size, config.hidden_size, eps)
@@ -76,7 +76,7 @@ class NanoHammerDecoderLayer(nn.Module):
         previous = cache.last_state if cache is not None else None
         if cache is not None:
             cache.last_state = state[:, -1:]
-        tokens = self.state_projection(self.rotation[0].unrotate(shift_right(state, previous), position_ids))
+        tokens = self.state_projection(self.rotation.unrotate(shift_right(state, previous), position_ids))
         x = x + self.self_attn(self.input_layernorm(x), self.input_layernorm(tokens), cos, sin, bias, cache)
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, state
