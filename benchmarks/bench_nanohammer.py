@@ -1,6 +1,8 @@
 """NanoHammer: our T-query layer vs the seed's 2T-query way, cached generation, cache size.
 
-Both sides of every comparison run in this one process on the same weights:
+Both sides of every comparison run in this one process on the same weights, alternated; on CPU with
+one thread (the default) each run is timed by the process's CPU time, so the load of other processes
+on a shared machine does not decide the ratio:
   1. prefill forward + backward of the decoder stack at T=512: ours (T hidden queries over the
      2T interleaved state/hidden keys, MLP on T tokens) vs the seed's way (2T queries over the
      concatenated [state tokens, hidden tokens], MLP on 2T, state half discarded), same SDPA kernel;
@@ -9,7 +11,7 @@ Both sides of every comparison run in this one process on the same weights:
      recomputing the whole prefix every step, greedy, same tokens checked (target >= 5x);
   3. cache bytes per token vs a plain K/V cache of the same attention, and the seed's layout.
 
-    .venv/bin/python benchmarks/bench_nanohammer.py [--threads 2] [--repeats 3] [--device cpu|cuda] [--dtype float32|bfloat16]
+    .venv/bin/python benchmarks/bench_nanohammer.py [--threads 1] [--repeats 3] [--device cpu|cuda] [--dtype float32|bfloat16]
         [--parts prefill,generation,cache] [--json]
 """
 
@@ -84,14 +86,18 @@ def paired_times(base, ours, repeats: int, device: torch.device) -> tuple[float,
     machine hit both sides alike; return the best time of each side (noise only adds time) and the
     median of the per-pair ratios."""
 
+    # one CPU thread: count this process's CPU time, which other processes' load on a shared machine
+    # hardly changes; otherwise wall time (synchronised on CUDA)
+    now = time.process_time if device.type == "cpu" and torch.get_num_threads() == 1 else time.perf_counter
+
     def clock(fn) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = now()
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return now() - t0
 
     clock(base), clock(ours)
     pairs = [(clock(base), clock(ours)) for _ in range(repeats)]
@@ -190,7 +196,7 @@ def bench_cache(model, context, device) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="1 (default): timed by process CPU time")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--batch", type=int, default=1)
@@ -204,7 +210,8 @@ def main() -> None:
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = NanoHammerForCausalLM(NanoHammerConfig(**BENCH_CONFIG)).to(device, getattr(torch, args.dtype))
-    print(f"config: {BENCH_CONFIG}  device={device} dtype={args.dtype} threads={args.threads}")
+    clock = "process CPU time" if device.type == "cpu" and args.threads == 1 else "wall time"
+    print(f"config: {BENCH_CONFIG}  device={device} dtype={args.dtype} threads={args.threads} clock={clock}")
 
     parts = set(args.parts.split(","))
     result = {}
