@@ -212,3 +212,19 @@ def test_cli_audit_prints_the_component_budget(capsys):
     assert cli.main(["audit", "neollm"]) == 0
     out = capsys.readouterr().out
     assert "113,131,288" in out and "attention: REPO / GRAPE" in out and "mlp: FAN_ffn" in out
+
+
+def test_byte_tokenizer_table_and_text_generation_pipeline():
+    from transformers import pipeline
+
+    from slmlab.data.tokenizers import byte_tokenizer
+
+    tok = byte_tokenizer()
+    torch.manual_seed(0)
+    model = NeoLLMForCausalLM(NeoLLMConfig(**{**TINY, "vocab_size": len(tok)})).eval()
+    model.model.spelling_bee.set_byte_table(tok)
+    lengths = model.model.spelling_bee.byte_len
+    assert all(int(lengths[i]) == 0 for i in tok.all_special_ids)
+    assert int((lengths == 1).sum()) == len(tok) - len(tok.all_special_ids)
+    out = pipeline("text-generation", model=model, tokenizer=tok)("To be", max_new_tokens=4, do_sample=False)
+    assert out[0]["generated_text"].startswith("To be")
