@@ -37,7 +37,7 @@ class CausalDepthwiseConv1d(nn.Conv1d):
             window = x.new_zeros(x.shape[0], x.shape[1], k - 1)
         if x.shape[-1] == 1:
             full = torch.cat((window, x), dim=-1)  # [B, C, K]
-            y = torch.einsum("bck,ck->bc", full, self.weight[:, 0]).unsqueeze(-1)
+            y = (full * self.weight[:, 0]).sum(-1, keepdim=True)
             if self.bias is not None:
                 y = y + self.bias[:, None]
         else:

@@ -50,8 +50,9 @@ def validate_embeds(inputs_embeds: torch.Tensor, hidden_size: int) -> None:
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     """Next-token cross entropy: ``labels`` are aligned with the inputs and shifted here, as in
     transformers; positions labelled ``ignore_index`` do not count."""
-    shift_logits = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
-    shift_labels = labels[:, 1:].reshape(-1).to(logits.device)
+    # shift the labels, not the logits: no copy of the [B, T, V] logits (nor a zero-fill in backward)
+    shift_logits = logits.reshape(-1, logits.shape[-1]).float()
+    shift_labels = F.pad(labels[:, 1:], (0, 1), value=ignore_index).reshape(-1).to(logits.device)
     return F.cross_entropy(shift_logits, shift_labels, ignore_index=ignore_index)
 
 
@@ -113,7 +114,7 @@ def prepare_step(
     cache: ModelCache | None,
     past_key_values: ModelCache | None,
     use_cache: bool | None,
-    embed: Callable[[torch.Tensor], torch.Tensor],
+    embed: Callable[[torch.Tensor], torch.Tensor] | None,
     max_positions: int | None,
     positions_field: str = "max_position_embeddings",
 ) -> StepInputs:

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import (
     AttentionBias,
     CausalDepthwiseConv1d,
+    ConcatenatedWeights,
     ConvState,
     KVState,
     LayerState,
@@ -34,17 +34,9 @@ from ...layers import (
     apply_rotary,
     sdpa,
 )
-from ...layers.masks import causal_bias, has_padding, position_ids_from_mask
-from ..base import (
-    SLMPreTrainedModel,
-    causal_lm_loss,
-    resolve_cache_arg,
-    validate_embeds,
-    validate_input_ids,
-    validate_length,
-)
+from ...layers.masks import causal_bias, has_padding
+from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step, validate_input_ids
 from .configuration_lfm2 import Lfm2SmallConfig
-from .fused import ConcatenatedWeights
 
 
 @dataclass
@@ -260,21 +252,13 @@ class Lfm2SmallBackbone(Lfm2SmallPreTrainedModel):
             cache: a :class:`ModelCache` from a previous call (or :meth:`new_cache`).
             use_cache: build/return a cache (default ``config.use_cache``).
         """
-        cache = resolve_cache_arg(cache, past_key_values)
-        validate_embeds(inputs_embeds, self.config.hidden_size)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and cache is None:
-            cache = self.new_cache()
+        step = prepare_step(
+            self, None, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
+            None, self.config.max_position_embeddings,
+        )
+        cache, past, position_ids, use_cache = step.cache, step.past, step.position_ids, step.use_cache
         b, t, _ = inputs_embeds.shape
-        past = cache.seen_tokens if cache is not None else 0
-        validate_length(past + t, self.config.max_position_embeddings)
-        if attention_mask is not None and attention_mask.shape != (b, past + t):
-            raise ValueError(
-                f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
-            )
         device = inputs_embeds.device
-        if position_ids is None:
-            position_ids = position_ids_from_mask(attention_mask, past, t, b, device)
         cos, sin = self.rotary_emb(position_ids)
         conv_mask = attention_mask[:, -t:, None].to(inputs_embeds.dtype) if has_padding(attention_mask) else None
         inputs = MixerInputs(cos, sin, causal_bias(attention_mask, t, past + t, device), conv_mask)
@@ -326,62 +310,10 @@ class Lfm2SmallModel(Lfm2SmallBackbone):
         )
 
 
-class Lfm2SmallForCausalLM(Lfm2SmallPreTrainedModel, GenerationMixin):
+class Lfm2SmallForCausalLM(SLMForCausalLM, Lfm2SmallPreTrainedModel):
     """LFM2Small with an LM head (tied to ``embed_tokens`` by default, as in LFM2)."""
 
-    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-
-    def __init__(self, config: Lfm2SmallConfig) -> None:
-        super().__init__(config)
-        self.model = Lfm2SmallModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def new_cache(self, batch_size: int | None = None) -> ModelCache:
-        return self.model.new_cache(batch_size)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        return_dict: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        logits_to_keep: int = 0,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            past_key_values=past_key_values,
-        )
-        hidden = out.last_hidden_state
-        if logits_to_keep:
-            hidden = hidden[:, -logits_to_keep:]
-        logits = self.lm_head(hidden)
-        loss = causal_lm_loss(logits, labels) if labels is not None else None
-        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
-        return result if return_dict is not False else result.to_tuple()
+    base_model_class = Lfm2SmallModel
 
 
 def audit_parameters(model: Lfm2SmallForCausalLM | Lfm2SmallBackbone) -> dict[str, int]:
