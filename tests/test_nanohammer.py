@@ -156,6 +156,13 @@ def test_hf_generate_with_left_padding_matches_lean_loop():
     assert torch.equal(ours, hf)
 
 
+def test_beam_search_through_the_cache_equals_beam_search_without_it():
+    model = tiny_model(**SEED_MODE, initializer_range=0.5)  # large weights: the state path moves the logits
+    ids, mask = left_pad([torch.randint(1, 61, (n,)) for n in (7, 4)])
+    kw = dict(attention_mask=mask, max_new_tokens=6, min_new_tokens=6, num_beams=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(ids, **kw), model.generate(ids, use_cache=False, **kw))
+
+
 # -- seed parity ----------------------------------------------------------------------------------
 
 
