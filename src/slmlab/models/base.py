@@ -47,13 +47,19 @@ def validate_embeds(inputs_embeds: torch.Tensor, hidden_size: int) -> None:
         raise TypeError(f"inputs_embeds must be floating point, got {inputs_embeds.dtype}")
 
 
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
-    """Next-token cross entropy: ``labels`` are aligned with the inputs and shifted here, as in
-    transformers; positions labelled ``ignore_index`` do not count."""
+def causal_lm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100, num_items_in_batch=None
+) -> torch.Tensor:
+    """Next-token cross entropy in fp32: ``labels`` are aligned with the inputs and shifted here,
+    as in transformers; positions labelled ``ignore_index`` do not count. The mean is over counted
+    tokens, or the sum divided by ``num_items_in_batch`` when given (gradient accumulation)."""
     # shift the labels, not the logits: no copy of the [B, T, V] logits (nor a zero-fill in backward)
     shift_logits = logits.reshape(-1, logits.shape[-1]).float()
     shift_labels = F.pad(labels[:, 1:], (0, 1), value=ignore_index).reshape(-1).to(logits.device)
-    return F.cross_entropy(shift_logits, shift_labels, ignore_index=ignore_index)
+    if num_items_in_batch is None:
+        return F.cross_entropy(shift_logits, shift_labels, ignore_index=ignore_index)
+    total = F.cross_entropy(shift_logits, shift_labels, ignore_index=ignore_index, reduction="sum")
+    return total / torch.as_tensor(num_items_in_batch, device=total.device, dtype=total.dtype)
 
 
 def resolve_cache_arg(cache, past_key_values):
@@ -183,8 +189,8 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         family = set(inspect.signature(self.model.forward).parameters) - {"kwargs"}
         super()._validate_model_kwargs({k: v for k, v in model_kwargs.items() if k not in family})
 
-    def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor, base_output) -> torch.Tensor:
-        return causal_lm_loss(logits, labels, getattr(self.config, "ignore_index", -100))
+    def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor, base_output, num_items_in_batch=None) -> torch.Tensor:
+        return causal_lm_loss(logits, labels, getattr(self.config, "ignore_index", -100), num_items_in_batch)
 
     def forward(
         self,
@@ -198,6 +204,7 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         return_dict: bool | None = None,
         past_key_values: ModelCache | None = None,
         logits_to_keep: int = 0,
+        num_items_in_batch=None,
         **family_inputs,
     ) -> CausalLMOutputWithPast:
         out = self.model(
@@ -213,6 +220,8 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         logits = self.lm_head(hidden)
-        loss = self.compute_loss(logits, labels, out) if labels is not None else None
-        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
+        loss = self.compute_loss(logits, labels, out, num_items_in_batch) if labels is not None else None
+        result = CausalLMOutputWithPast(
+            loss=loss, logits=logits, cache=out.cache, hidden_states=getattr(out, "hidden_states", None)
+        )
         return result if return_dict is not False else result.to_tuple()

@@ -21,13 +21,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import ModelCache
-from ...layers.masks import position_ids_from_mask
-from ..base import SLMPreTrainedModel, resolve_cache_arg, validate_embeds, validate_input_ids, validate_length
+from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step, validate_embeds
 from .components import build_mlp, build_readout, build_residual, build_spelling_bee, check_built
 from .components.attention import NeoLLMAttention
 from .configuration_neollm import NeoLLMConfig
@@ -169,26 +167,14 @@ class NeoLLMModel(NeoLLMPreTrainedModel):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids or inputs_embeds")
-        cache = resolve_cache_arg(cache, past_key_values)
-        if input_ids is not None:
-            validate_input_ids(input_ids, self.config.vocab_size)
-            inputs_embeds = self.embed(input_ids)
-        else:
+        if inputs_embeds is not None:
             self._check_inputs_embeds(inputs_embeds)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and cache is None:
-            cache = self.new_cache()
-        b, t, _ = inputs_embeds.shape
-        past = cache.seen_tokens if cache is not None else 0
-        validate_length(past + t, self.config.max_position_embeddings)
-        if attention_mask is not None and attention_mask.shape != (b, past + t):
-            raise ValueError(
-                f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
-            )
-        if position_ids is None:
-            position_ids = position_ids_from_mask(attention_mask, past, t, b, inputs_embeds.device)
+        step = prepare_step(
+            self, input_ids, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
+            self.embed, self.config.max_position_embeddings,
+        )
+        inputs_embeds, cache, position_ids, use_cache = step.embeds, step.cache, step.position_ids, step.use_cache
+        t = inputs_embeds.shape[1]
         streams = self.readout.start(inputs_embeds)
         hidden_states = [streams[-1]] if output_hidden_states else None
         v0 = None
@@ -209,81 +195,15 @@ class NeoLLMModel(NeoLLMPreTrainedModel):
         )
 
 
-def _lm_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-    """Shifted next-token cross entropy in fp32, ``-100`` ignored; mean over counted tokens, or the
-    sum divided by ``num_items_in_batch`` (gradient accumulation) when given."""
-    flat = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
-    target = labels[:, 1:].reshape(-1).to(logits.device)
-    if num_items_in_batch is None:
-        return F.cross_entropy(flat, target, ignore_index=-100)
-    total = F.cross_entropy(flat, target, ignore_index=-100, reduction="sum")
-    return total / torch.as_tensor(num_items_in_batch, device=total.device, dtype=total.dtype)
-
-
-class NeoLLMForCausalLM(NeoLLMPreTrainedModel, GenerationMixin):
+class NeoLLMForCausalLM(SLMForCausalLM, NeoLLMPreTrainedModel):
     """NeoLLM with an (untied by default) LM head; HF-standard forward returning
-    :class:`CausalLMOutputWithPast` with ``cache``."""
+    :class:`CausalLMOutputWithPast` with ``cache`` (and ``hidden_states`` when asked)."""
 
-    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-
-    def __init__(self, config: NeoLLMConfig) -> None:
-        super().__init__(config)
-        self.model = NeoLLMModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def new_cache(self, batch_size: int | None = None) -> ModelCache:
-        return self.model.new_cache(batch_size)
+    base_model_class = NeoLLMModel
 
     def bake_inference_table(self, chunk_size: int = 4096) -> torch.Tensor:
         """See :meth:`NeoLLMModel.bake_inference_table`."""
         return self.model.bake_inference_table(chunk_size)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        return_dict: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        logits_to_keep: int = 0,
-        output_hidden_states: bool | None = None,
-        num_items_in_batch=None,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            past_key_values=past_key_values,
-            output_hidden_states=output_hidden_states,
-        )
-        hidden = out.last_hidden_state
-        if logits_to_keep:
-            hidden = hidden[:, -logits_to_keep:]
-        logits = self.lm_head(hidden)
-        loss = _lm_loss(logits, labels, num_items_in_batch) if labels is not None else None
-        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states)
-        return result if return_dict is not False else result.to_tuple()
 
 
 _ATTENTION_LABELS = {
