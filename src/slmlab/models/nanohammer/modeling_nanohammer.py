@@ -21,20 +21,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import GenerationMixin
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import ModelCache, RMSNorm, RotaryEmbedding, SwiGLU
-from ...layers.masks import position_ids_from_mask
-from ..base import (
-    SLMPreTrainedModel,
-    causal_lm_loss,
-    resolve_cache_arg,
-    validate_embeds,
-    validate_input_ids,
-    validate_length,
-)
+from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step
 from .attention_nanohammer import HammerLayerState, NanoHammerAttention, RunningSum, hammer_bias
 from .configuration_nanohammer import NanoHammerConfig
 from .holographic import ROTATIONS, HolographicRotation, StateTokenProjection, StateUpdateCell, shift_right
@@ -130,27 +121,15 @@ class NanoHammerModel(NanoHammerPreTrainedModel):
         past_key_values: ModelCache | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids or inputs_embeds")
-        cache = resolve_cache_arg(cache, past_key_values)
-        if input_ids is not None:
-            validate_input_ids(input_ids, self.config.vocab_size)
-            inputs_embeds = self.embed_tokens(input_ids)
-        else:
-            validate_embeds(inputs_embeds, self.config.hidden_size)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and cache is None:
-            cache = self.new_cache()
+        step = prepare_step(
+            self, input_ids, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
+            self.embed_tokens, self.config.max_position_embeddings,
+        )
+        inputs_embeds, cache, past, position_ids, use_cache = (
+            step.embeds, step.cache, step.past, step.position_ids, step.use_cache
+        )
         b, t, _ = inputs_embeds.shape
-        past = cache.seen_tokens if cache is not None else 0
-        validate_length(past + t, self.config.max_position_embeddings)
-        if attention_mask is not None and tuple(attention_mask.shape) != (b, past + t):
-            raise ValueError(
-                f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
-            )
-        if position_ids is None:
-            position_ids = position_ids_from_mask(attention_mask, past, t, b, inputs_embeds.device)
-        elif tuple(position_ids.shape) not in ((b, t), (1, t)):
+        if tuple(position_ids.shape) not in ((b, t), (1, t)):
             raise ValueError(f"position_ids must have shape [batch, seq_len] = {(b, t)}, got {tuple(position_ids.shape)}")
         position_ids = position_ids.expand(b, t)
         cos, sin = self.rotary_emb(position_ids)
@@ -168,62 +147,10 @@ class NanoHammerModel(NanoHammerPreTrainedModel):
         return BaseModelOutputWithPast(last_hidden_state=self.norm(x), cache=cache if use_cache else None)
 
 
-class NanoHammerForCausalLM(NanoHammerPreTrainedModel, GenerationMixin):
+class NanoHammerForCausalLM(SLMForCausalLM, NanoHammerPreTrainedModel):
     """NanoHammer with an LM head (untied by default, as in the seed)."""
 
-    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-
-    def __init__(self, config: NanoHammerConfig) -> None:
-        super().__init__(config)
-        self.model = NanoHammerModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def new_cache(self, batch_size: int | None = None) -> ModelCache:
-        return self.model.new_cache(batch_size)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        return_dict: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        logits_to_keep: int = 0,
-        **kwargs,
-    ) -> CausalLMOutputWithPast:
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            past_key_values=past_key_values,
-        )
-        hidden = out.last_hidden_state
-        if logits_to_keep:
-            hidden = hidden[:, -logits_to_keep:]
-        logits = self.lm_head(hidden)
-        loss = causal_lm_loss(logits, labels) if labels is not None else None
-        result = CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)
-        return result if return_dict is not False else result.to_tuple()
+    base_model_class = NanoHammerModel
 
 
 def cache_nbytes(cache: ModelCache) -> dict[str, int]:
