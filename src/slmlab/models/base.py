@@ -77,7 +77,8 @@ def resolve_cache_arg(cache, past_key_values):
 
 class SLMPreTrainedModel(PreTrainedModel):
     """Base class of every slmlab model: it builds its own :class:`ModelCache` (so ``generate()``
-    must not create a ``DynamicCache`` for it)."""
+    must not create a ``DynamicCache`` for it). The input embedding table is found by
+    transformers' ``get/set_input_embeddings`` under ``_input_embed_layer`` (``embed_tokens``)."""
 
     base_model_prefix = "model"
     supports_gradient_checkpointing = False

@@ -278,12 +278,6 @@ class Lfm2SmallModel(Lfm2SmallBackbone):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
-
     def forward(
         self,
         input_ids: torch.Tensor | None = None,

@@ -48,12 +48,6 @@ class LumenModel(LumenPreTrainedModel):
         self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, 1.0, config.max_seq_len)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
-
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return ModelCache([KVState() for _ in self.layers])
 

@@ -101,12 +101,6 @@ class NanoHammerModel(NanoHammerPreTrainedModel):
         self.self_offset = 1 if config.hidden_attends_self else 0
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
-
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return ModelCache([HammerLayerState() for _ in self.layers], extra={"cumsum": RunningSum()})
 

@@ -25,6 +25,7 @@ from .retriever import QueryOnlyRoPERetriever
 
 class PGSMPreTrainedModel(SLMPreTrainedModel):
     config_class = PGSMConfig
+    _input_embed_layer = "token_emb"  # transformers' get/set_input_embeddings find the table by this name
     _no_split_modules = ["ParallelGeometricBlock"]
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -66,12 +67,6 @@ class PGSMModel(PGSMPreTrainedModel):
             )
         self.final_norm = nn.LayerNorm(config.dim)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.token_emb
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.token_emb = value
 
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         """Per block a :class:`ConvState`; with retrieval also the retriever's :class:`KVState`, the
