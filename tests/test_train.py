@@ -231,3 +231,20 @@ def test_bf16_autocast_and_wsd_train_on_cpu(tmp_path):
     trainer = run(make_cfg(tmp_path, "max_steps=3", "precision=bf16", "schedule.name=wsd"))
     assert trainer.autocast is not None and all(math.isfinite(x) for x in trainer.losses)
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # autocast, not a cast
+
+
+def test_in_training_evaluation_sees_the_current_weights(tmp_path):
+    """Regression: evaluations during training must match a fresh load of the saved weights (a fused
+    optimiser that does not bump parameter versions left the no-grad weight caches stale)."""
+    from slmlab.evaluate import evaluate_source
+    from slmlab.train.checkpoint import load_model_weights
+
+    trainer = run(make_cfg(tmp_path, "max_steps=6", "eval_every=2", "eval_batches=2", "optim.lr=1e-2"))
+    fresh = tiny_model(5)
+    load_model_weights(fresh, trainer.last_checkpoint())
+    again = evaluate_source(fresh.eval(), ToySource(), "validation", 4, 2)
+    assert trainer.state.last_eval["loss"] == pytest.approx(again["loss"], rel=1e-6)
+    versions = [p._version for p in trainer.model.parameters()]
+    trainer.cfg.max_steps = 7
+    trainer.train()
+    assert all(p._version > v for p, v in zip(trainer.model.parameters(), versions))
