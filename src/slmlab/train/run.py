@@ -95,6 +95,16 @@ def build_model(cfg: RunConfig, vocab_size: int, seq_len: int):
     return fam.model_class(config)
 
 
+def attach_tokenizer(model, tokenizer) -> None:
+    """Give a freshly built model the tokenizer-derived tables some components need: any module
+    with a ``table_ready`` flag and ``set_byte_table(tokenizer)`` (token -> UTF-8 bytes, e.g.
+    NeoLLM's Spelling Bee embeddings) is filled once. Saved checkpoints carry the table."""
+    for module in model.modules():
+        ready = getattr(module, "table_ready", None)
+        if isinstance(ready, torch.Tensor) and callable(getattr(module, "set_byte_table", None)) and not bool(ready):
+            module.set_byte_table(tokenizer)
+
+
 def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Trainer:
     """Everything ``slmlab train`` builds, ready to ``train()``.
 
@@ -122,6 +132,7 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Tr
     source = open_source(cfg, tokenizer)
     first = next(iter(source.eval_batches("validation", 1, 1)))
     model = build_model(cfg, needed_vocab(source, tokenizer), first["input_ids"].shape[1])
+    attach_tokenizer(model, tokenizer)
     trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
     if ckpt is not None:
         trainer.resume(ckpt)
