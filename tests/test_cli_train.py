@@ -43,7 +43,8 @@ def test_train_resume_eval_generate(corpus, tmp_path, capsys):
     # a second fresh run into the same folder is refused; --resume continues it
     assert cli.main(["train", *base_args(corpus, out), "--steps", "4"]) == 2
     assert "--resume" in capsys.readouterr().err
-    assert cli.main(["train", *base_args(corpus, out), "--steps", "4", "--resume"]) == 0
+    args = base_args(corpus, out)
+    assert cli.main(["train", *args[:6], "--resume", *args[6:], "--steps", "4"]) == 0  # flag between overrides
     steps = [r["step"] for r in read_metrics(out / "metrics.jsonl", "train")]
     assert steps == [1, 2, 3, 4]
     report = json.loads((out / "report.json").read_text())

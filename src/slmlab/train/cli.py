@@ -51,15 +51,15 @@ def train_command(argv: list[str]) -> int:
     p.add_argument("--data", help="corpus, files or synthetic task (= data=...)")
     p.add_argument("--out", help="run folder (= out_dir=...)")
     p.add_argument("--steps", type=int, help="optimiser steps (= max_steps=...)")
-    p.add_argument("--resume", nargs="?", const=True, default=None,
-                   help="continue from the newest checkpoint of out_dir (fresh if none), or from the given run/checkpoint")
-    args = p.parse_args(argv)
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of out_dir (fresh if none)")
+    p.add_argument("--resume-from", metavar="PATH", help="continue from this run or checkpoint folder")
+    args = p.parse_intermixed_args(argv)  # options may sit between config files and overrides
     files, overrides = split_items(args.items)
     for key, value in (("model", args.model), ("data", args.data), ("out_dir", args.out), ("max_steps", args.steps)):
         if value is not None:
             overrides.append(f"{key}={value}")
     cfg = load_config(files, overrides)
-    trainer = build_trainer(cfg, resume=args.resume)
+    trainer = build_trainer(cfg, resume=args.resume_from or args.resume)
     try:
         if trainer.dist.is_main:
             print(f"slmlab train: {cfg.model} ({trainer.n_params:,} parameters) on {cfg.data}, "
