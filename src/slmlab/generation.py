@@ -13,6 +13,8 @@ from typing import Callable, Iterable
 
 import torch
 
+from .layers.fused import frozen_weights
+
 
 @dataclass
 class SamplingConfig:
@@ -56,6 +58,7 @@ def sample_next(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Gene
 
 
 @torch.inference_mode()
+@frozen_weights()
 def generate(
     model: torch.nn.Module,
     input_ids: torch.Tensor,

@@ -2,7 +2,7 @@
 
 from .attention import CausalSelfAttention, check_head_layout, sdpa
 from .cache import ConvState, KVState, LayerState, ModelCache, TensorState
-from .fused import ConcatenatedWeights
+from .fused import ConcatenatedWeights, frozen_weights
 from .conv import CausalDepthwiseConv1d
 from .masks import AttentionBias, causal_bias, has_padding, position_ids_from_mask
 from .mlp import SwiGLU
@@ -24,6 +24,7 @@ __all__ = [
     "TensorState",
     "apply_rotary",
     "causal_bias",
+    "frozen_weights",
     "check_head_layout",
     "has_padding",
     "position_ids_from_mask",

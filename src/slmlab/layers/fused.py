@@ -1,25 +1,47 @@
 """Fused projections that keep the state_dict layout.
 
-Several ``nn.Linear`` layers reading the same input (``w1``/``w3`` of SwiGLU, ``q/k/v`` of
-attention) run as one GEMM over their concatenated weights: one larger matrix product instead of
-several small ones, and one dispatch instead of several per decode step. The parameters stay
-separate, so checkpoints keep transformers' names and shapes.
+Several ``nn.Linear`` layers reading the same input (gate/up of SwiGLU, q/k/v of attention) run as
+one GEMM over their concatenated weights: one larger matrix product and one dispatch instead of
+several per step. The parameters stay separate, so checkpoints keep transformers' names and shapes.
+
+The concatenation is cached only inside :func:`frozen_weights` (the decode loops enter it: weights
+cannot change during one generation). Outside it, it is rebuilt on every call. A cache keyed on the
+weights' version counters alone would go stale: fused optimisers and ``param.data`` writes update
+weights without bumping them (a fused CPU AdamW left in-training evaluations on old weights).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import itertools
+from typing import Iterator
+
 import torch
+
+_EPOCHS = itertools.count(1)
+_FROZEN_EPOCH: contextvars.ContextVar[int | None] = contextvars.ContextVar("slmlab_frozen_weights", default=None)
+
+
+@contextlib.contextmanager
+def frozen_weights() -> Iterator[None]:
+    """Promise that no weight changes inside the block, so concatenated weights may be cached.
+
+    Each entry starts a new epoch: caches built in an earlier block are never reused.
+    """
+    token = _FROZEN_EPOCH.set(next(_EPOCHS))
+    try:
+        yield
+    finally:
+        _FROZEN_EPOCH.reset(token)
 
 
 class ConcatenatedWeights:
-    """The row-wise concatenation ``[W_1; W_2; ...]`` of some weights, rebuilt only when needed.
+    """The row-wise concatenation ``[W_1; W_2; ...]`` of some weights.
 
-    With autograd active (training), the concatenation is rebuilt on every call so gradients
-    flow to each weight; the copy is the size of the weights, small next to the activations of a
-    training batch. Without autograd (``no_grad``/``inference_mode``: evaluation, decoding) it is
-    cached and rebuilt only when a weight changes: the cache key holds every weight's version
-    counter (bumped by in-place updates: optimiser steps, ``load_state_dict``), storage pointer,
-    dtype and device. The cache is a plain attribute, not a buffer: it is never saved.
+    Rebuilt on every call (gradients flow to each weight under autograd), except inside
+    :func:`frozen_weights` without autograd, where it is built once per block. The cache is a plain
+    attribute, never saved.
     """
 
     def __init__(self) -> None:
@@ -27,9 +49,10 @@ class ConcatenatedWeights:
         self._value: torch.Tensor | None = None
 
     def __call__(self, *weights: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and any(w.requires_grad for w in weights):
+        epoch = _FROZEN_EPOCH.get()
+        if epoch is None or (torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
             return torch.cat(weights)
-        key = tuple((w._version, w.data_ptr(), w.dtype, w.device) for w in weights)
+        key = (epoch,) + tuple((w.data_ptr(), w.dtype, w.device) for w in weights)
         if key != self._key:
             self._value = torch.cat([w.detach() for w in weights])
             self._key = key

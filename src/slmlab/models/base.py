@@ -13,6 +13,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..layers.cache import ModelCache
+from ..layers.fused import frozen_weights
 from ..layers.masks import position_ids_from_mask
 
 
@@ -184,6 +185,11 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
 
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return self.model.new_cache(batch_size)
+
+    def generate(self, *args, **kwargs):
+        """transformers' ``generate``; weights are frozen for its duration (fused weights cached)."""
+        with frozen_weights():
+            return super().generate(*args, **kwargs)
 
     def _validate_model_kwargs(self, model_kwargs: dict) -> None:
         # family inputs reach the base model through **family_inputs: generate() must accept their names
