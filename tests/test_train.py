@@ -234,8 +234,8 @@ def test_bf16_autocast_and_wsd_train_on_cpu(tmp_path):
 
 
 def test_in_training_evaluation_sees_the_current_weights(tmp_path):
-    """Regression: evaluations during training must match a fresh load of the saved weights (a fused
-    optimiser that does not bump parameter versions left the no-grad weight caches stale)."""
+    """Regression: evaluations during training must match a fresh load of the saved weights (the fused
+    optimiser does not bump parameter versions; a version-keyed weight cache once went stale)."""
     from slmlab.evaluate import evaluate_source
     from slmlab.train.checkpoint import load_model_weights
 
@@ -244,7 +244,3 @@ def test_in_training_evaluation_sees_the_current_weights(tmp_path):
     load_model_weights(fresh, trainer.last_checkpoint())
     again = evaluate_source(fresh.eval(), ToySource(), "validation", 4, 2)
     assert trainer.state.last_eval["loss"] == pytest.approx(again["loss"], rel=1e-6)
-    versions = [p._version for p in trainer.model.parameters()]
-    trainer.cfg.max_steps = 7
-    trainer.train()
-    assert all(p._version > v for p, v in zip(trainer.model.parameters(), versions))

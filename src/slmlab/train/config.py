@@ -20,7 +20,7 @@ class OptimConfig:
     """Optimiser settings.
 
     Args:
-        name: ``adamw`` (multi-tensor foreach kernel) or ``muon`` (``torch.optim.Muon`` on the 2-D hidden
+        name: ``adamw`` (fused kernel) or ``muon`` (``torch.optim.Muon`` on the 2-D hidden
             weight matrices, AdamW on embeddings, norms, biases and the output head).
         lr: peak learning rate of AdamW.
         muon_lr: peak learning rate of Muon (``muon`` only).

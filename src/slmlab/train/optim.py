@@ -73,11 +73,10 @@ class CombinedOptimizer:
 
 
 def _adamw(groups: list[dict], cfg: OptimConfig, device: torch.device) -> torch.optim.AdamW:
-    # The multi-tensor (foreach) kernel, not the fused one: measured on torch 2.13 CPU, fused AdamW
-    # updates parameters without bumping their version counters, so caches keyed on
-    # ``Parameter._version`` (slmlab.layers.fused: q|k|v and gate|up concatenated for no-grad
-    # evaluation/decoding) go stale and in-training evaluation silently uses old weights.
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, foreach=True)
+    # The fused kernel (one kernel for every parameter's update). It updates parameters without
+    # bumping their version counters, which is safe: slmlab.layers.fused caches concatenated weights
+    # only inside frozen_weights() blocks (the decode loops), never across training steps.
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=True)
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer | CombinedOptimizer:
