@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's test command: set up, then run the fast test suite (slow tests: add `-m slow`).
+# The README's test command: set up, then run the whole test suite (quick loop: add -m 'not slow').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -15,6 +15,29 @@ class TestLumenFamily(FamilyTester):
     config_kwargs = dict(vocab_size=97, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_dim=48, max_seq_len=64)
 
 
+class TestLumenAttentionOnly(FamilyTester):
+    """``intermediate_dim=0``: attention-only blocks (Zoology's MQAR convention) pass the whole suite."""
+
+    family = "lumen"
+    config_kwargs = dict(TestLumenFamily.config_kwargs, intermediate_dim=0)
+
+
+def test_attention_only_equals_a_full_block_with_a_silent_mlp():
+    full = LumenForCausalLM(LumenConfig(**TestLumenFamily.config_kwargs)).eval()
+    bare = LumenForCausalLM(LumenConfig(**TestLumenAttentionOnly.config_kwargs)).eval()
+    for layer in full.model.layers:
+        torch.nn.init.zeros_(layer.mlp.down_proj.weight)
+    missing, unexpected = bare.load_state_dict(full.state_dict(), strict=False)
+    assert not missing
+    assert sorted({k.split(".", 3)[-1] for k in unexpected}) == [
+        "mlp.down_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "post_attention_layernorm.weight",
+    ]
+    ids = torch.randint(0, 97, (2, 10))
+    torch.testing.assert_close(bare(ids).logits, full(ids).logits, atol=ATOL, rtol=0)
+    mlp_params = sum(p.numel() for layer in full.model.layers for p in (*layer.mlp.parameters(), *layer.post_attention_layernorm.parameters()))
+    assert sum(p.numel() for p in bare.parameters()) == sum(p.numel() for p in full.parameters()) - mlp_params
+
+
 def llama_twin(cfg: LumenConfig) -> LlamaForCausalLM:
     return LlamaForCausalLM(
         LlamaConfig(
@@ -132,6 +155,7 @@ def test_audit_prints_the_true_budget():
         (dict(hidden_dim=30, num_heads=4), "hidden_size .30. must be divisible"),
         (dict(hidden_dim=24, num_heads=8, num_kv_heads=1), "must be even"),
         (dict(vocab_size=0), "vocab_size must be a positive"),
+        (dict(intermediate_dim=-1), "intermediate_dim must be >= 0"),
     ],
 )
 def test_bad_config_raises(kwargs, match):

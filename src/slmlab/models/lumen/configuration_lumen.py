@@ -19,7 +19,9 @@ class LumenConfig(PretrainedConfig):
         num_layers: decoder blocks (4).
         num_heads: query heads (4).
         num_kv_heads: key/value heads (1 = MQA; any divisor of ``num_heads`` = GQA).
-        intermediate_dim: SwiGLU inner width (512).
+        intermediate_dim: SwiGLU inner width (512); 0 builds attention-only blocks without the MLP
+            sublayer (Zoology's convention for MQAR: an MLP lets a small model memorise the fixed
+            training set instead of learning the induction circuit, measured in ``docs/training.md``).
         max_seq_len: longest sequence the model accepts (1024).
         rms_norm_eps: 1e-6.
         rope_theta: 10000.0.
@@ -66,9 +68,11 @@ class LumenConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.use_cache = use_cache
         self.head_dim = check_head_layout(hidden_dim, num_heads, num_kv_heads, None)
-        for name in ("vocab_size", "hidden_dim", "num_layers", "intermediate_dim", "max_seq_len"):
+        for name in ("vocab_size", "hidden_dim", "num_layers", "max_seq_len"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if int(intermediate_dim) < 0:
+            raise ValueError(f"intermediate_dim must be >= 0 (0 = no MLP sublayer), got {intermediate_dim!r}")
         if self.head_dim % 2:
             raise ValueError(f"head dimension hidden_dim/num_heads = {self.head_dim} must be even for RoPE")
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)

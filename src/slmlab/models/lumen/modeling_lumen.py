@@ -18,17 +18,25 @@ from .configuration_lumen import LumenConfig
 
 
 class LumenDecoderLayer(nn.Module):
-    """Pre-norm block: ``h = x + Attn(RMSNorm(x))``, ``y = h + SwiGLU(RMSNorm(h))``."""
+    """Pre-norm block: ``h = x + Attn(RMSNorm(x))``, ``y = h + SwiGLU(RMSNorm(h))``.
+
+    With ``intermediate_dim == 0`` the block is attention-only (``y = h``; no MLP parameters).
+    """
 
     def __init__(self, config: LumenConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_dim, config.rms_norm_eps)
         self.self_attn = CausalSelfAttention(config.hidden_dim, config.num_heads, config.num_kv_heads)
-        self.post_attention_layernorm = RMSNorm(config.hidden_dim, config.rms_norm_eps)
-        self.mlp = SwiGLU(config.hidden_dim, config.intermediate_dim)
+        if config.intermediate_dim > 0:
+            self.post_attention_layernorm = RMSNorm(config.hidden_dim, config.rms_norm_eps)
+            self.mlp = SwiGLU(config.hidden_dim, config.intermediate_dim)
+        else:
+            self.post_attention_layernorm = self.mlp = None
 
     def forward(self, x, cos, sin, bias, state: KVState | None = None) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, bias, state)
+        if self.mlp is None:
+            return x
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
