@@ -23,9 +23,9 @@ import torch
 from transformers import Lfm2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import print_table  # noqa: E402
+from common import generation_rows, print_table, timeit_interleaved  # noqa: E402
 
-from slmlab.generation import generate  # noqa: E402
+from slmlab.generation import build_plan, generate  # noqa: E402
 from slmlab.models.lfm2 import Lfm2SmallConfig, config_to_transformers, from_transformers  # noqa: E402
 
 
@@ -36,46 +36,54 @@ def twins(cfg: Lfm2SmallConfig):
 
 
 def bench_generation(ours, hf, prompt_len=128, new=128, repeats=3) -> list[dict]:
+    """Our loop (through the model's forward, through the decode plan, and the plan compiled), and
+    our model under HF ``generate()``, vs ``Lfm2ForCausalLM.generate``; all must agree (greedy)."""
     ours.eval(), hf.eval()
     ids = torch.randint(0, ours.config.vocab_size, (1, prompt_len))
     kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False)
-    ref = hf.generate(ids, **kw)
-    got = generate(ours, ids, new)
-    assert torch.equal(ref, got), "greedy outputs differ"
-    assert torch.equal(ref, ours.generate(ids, **kw)), "our model under HF generate() differs"
 
     def run_hf(model):
         def run():
             with torch.inference_mode():
-                model.generate(ids, **kw)
+                return model.generate(ids, **kw)
 
         return run
 
-    times = interleaved(
-        {
-            "transformers Lfm2 .generate()": run_hf(hf),
-            "slmlab LFM2 under HF .generate()": run_hf(ours),
-            "slmlab LFM2 slmlab.generation": lambda: generate(ours, ids, new),
-        },
-        repeats,
-    )
-    base = times["transformers Lfm2 .generate()"]
-    return [{"side": name, "tokens/s": new / sec, "ratio": base / sec} for name, sec in times.items()]
+    variants = {
+        "slmlab LFM2 under HF .generate()": run_hf(ours),
+        "slmlab generate (model forward)": lambda: generate(ours, ids, new, use_plan=False),
+        "slmlab generate (decode plan)": lambda: generate(ours, ids, new),
+        "slmlab generate (plan, compiled)": lambda: generate(ours, ids, new, compile=True),
+    }
+    rows = generation_rows(run_hf(hf), variants, new, repeats, "transformers Lfm2 .generate()", CLOCK)
+    ref = run_hf(hf)()
+    for name, fn in variants.items():
+        assert torch.equal(ref, fn()), f"greedy outputs differ: {name}"
+    return rows
 
 
-def decode_step_timer(model, context: int, steps: int = 64) -> Callable[[], float]:
-    """A function that prefills ``context`` tokens, times ``steps`` single-token forwards through
-    the cache and returns seconds per token (the prefill is not timed)."""
+def decode_step_timer(model, context: int, steps: int = 64, plan: bool = False) -> Callable[[], float]:
+    """A function that prefills ``context`` tokens, times ``steps`` single-token steps (through the
+    model's forward and cache, or through its decode plan) and returns seconds per token (the
+    prefill is not timed)."""
     ids = torch.randint(0, model.config.vocab_size, (1, context))
 
     @torch.inference_mode()
     def run() -> float:
         cache = model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
         nxt = ids[:, -1:]
+        if plan:
+            decode = build_plan(model, context + steps)
+            decode.start(cache)
+            position = torch.tensor([context])
         t0 = CLOCK()
         for _ in range(steps):
-            out = model(input_ids=nxt, cache=cache, use_cache=True)
-            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            if plan:
+                logits = decode.step(nxt, position)
+                position += 1
+            else:
+                logits = model(input_ids=nxt, cache=cache, use_cache=True).logits[:, -1]
+            nxt = logits.argmax(-1, keepdim=True)
         return (CLOCK() - t0) / steps
 
     return run
@@ -83,30 +91,17 @@ def decode_step_timer(model, context: int, steps: int = 64) -> Callable[[], floa
 
 def bench_decode_latency(ours, repeats=3) -> list[dict]:
     ours.eval()
-    timers = {ctx: decode_step_timer(ours, ctx) for ctx in (128, 2048)}
-    per_token: dict[int, list[float]] = {ctx: [] for ctx in timers}
+    timers = {(path, ctx): decode_step_timer(ours, ctx, plan=path == "decode plan")
+              for path in ("model forward", "decode plan") for ctx in (128, 2048)}
+    per_token: dict = {key: [] for key in timers}
     for _ in range(repeats):
-        for ctx, timer in timers.items():  # alternate the two contexts
-            per_token[ctx].append(timer())
-    ms = {ctx: 1e3 * statistics.median(v) for ctx, v in per_token.items()}
-    return [{"context": ctx, "ms/token": v, "ratio to 128": v / ms[128]} for ctx, v in ms.items()]
+        for key, timer in timers.items():  # in turns, so load changes hit every row alike
+            per_token[key].append(timer())
+    ms = {key: 1e3 * statistics.median(v) for key, v in per_token.items()}
+    return [{"path": path, "context": ctx, "ms/token": v, "ratio to 128": v / ms[(path, 128)]} for (path, ctx), v in ms.items()]
 
 
 CLOCK: Callable[[], float] = time.perf_counter
-
-
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds per call of each function, alternating the sides every repeat so that load
-    changes on a shared machine hit both sides alike."""
-    for fn in fns.values():
-        fn()  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = CLOCK()
-            fn()
-            times[name].append(CLOCK() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def bench_training(ours, hf, batch=8, seq=256, steps=3) -> list[dict]:
@@ -123,7 +118,7 @@ def bench_training(ours, hf, batch=8, seq=256, steps=3) -> list[dict]:
 
         return step
 
-    times = interleaved({"transformers Lfm2": make_step(hf), "slmlab LFM2": make_step(ours)}, steps)
+    times = timeit_interleaved({"transformers Lfm2": make_step(hf), "slmlab LFM2": make_step(ours)}, steps, clock=CLOCK)
     return [
         {"side": name, "tokens/s": batch * seq / sec, "ratio": times["transformers Lfm2"] / sec}
         for name, sec in times.items()

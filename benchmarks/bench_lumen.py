@@ -17,7 +17,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import matmul_peak_gflops, print_table, timeit  # noqa: E402
+from common import generation_rows, matmul_peak_gflops, print_table, timeit  # noqa: E402
 
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
@@ -39,22 +39,24 @@ def twins(cfg: LumenConfig) -> tuple[LumenForCausalLM, LlamaForCausalLM]:
 
 
 def bench_generation(ours, llama, prompt_len=128, new=128, repeats=3) -> list[dict]:
+    """Our loop (through the model's forward, through the decode plan, and the plan compiled) vs
+    ``LlamaForCausalLM.generate``; every side must produce the same greedy tokens."""
     ours.eval(), llama.eval()
     ids = torch.randint(0, ours.config.vocab_size, (1, prompt_len))
-    ref = llama.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
-    got = generate(ours, ids, new)
-    assert torch.equal(ref, got), "greedy outputs differ"
 
     def hf():
         with torch.inference_mode():
-            llama.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+            return llama.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
 
-    t_ours = timeit(lambda: generate(ours, ids, new), repeats)
-    t_hf = timeit(hf, repeats)
-    return [
-        {"side": "transformers Llama generate", "tokens/s": new / t_hf, "ratio": 1.0},
-        {"side": "slmlab generate", "tokens/s": new / t_ours, "ratio": t_hf / t_ours},
-    ]
+    variants = {
+        "slmlab generate (model forward)": lambda: generate(ours, ids, new, use_plan=False),
+        "slmlab generate (decode plan)": lambda: generate(ours, ids, new),
+        "slmlab generate (plan, compiled)": lambda: generate(ours, ids, new, compile=True),
+    }
+    ref = hf()
+    for name, fn in variants.items():
+        assert torch.equal(ref, fn()), f"greedy outputs differ: {name}"
+    return generation_rows(hf, variants, new, repeats, "transformers Llama generate")
 
 
 def train_flops_per_token(model, seq_len) -> float:

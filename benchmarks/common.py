@@ -21,6 +21,44 @@ def timeit(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> float
     return statistics.median(times)
 
 
+def timeit_interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int = 3, warmup: int = 1, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, float]:
+    """Median time of each function, timed in turns (A B C A B C ...) so that a change in machine
+    load hits every side alike. ``clock=time.process_time`` measures CPU time instead of wall time."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = clock()
+            fn()
+            times[name].append(clock() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def generation_rows(baseline: Callable[[], object], ours: dict[str, Callable[[], object]], new_tokens: int,
+                    repeats: int, baseline_name: str, clock: Callable[[], float] = time.perf_counter) -> list[dict]:
+    """Tokens/s of a baseline and of our generation variants, timed in turns, as table rows.
+
+    ``ours`` may hold a ``"... compiled"`` variant: its first call (the compile) is timed apart.
+    """
+    compile_s = {}
+    for name, fn in ours.items():
+        if "compiled" in name:
+            t0 = time.perf_counter()
+            fn()
+            compile_s[name] = time.perf_counter() - t0
+    times = timeit_interleaved({baseline_name: baseline, **ours}, repeats, clock=clock)
+    rows = []
+    for name, sec in times.items():
+        row = {"side": name, "tokens/s": new_tokens / sec, "ratio": times[baseline_name] / sec}
+        row["first call s"] = compile_s.get(name, float("nan"))
+        rows.append(row)
+    return rows
+
+
 def matmul_peak_gflops(n: int = 1024, repeats: int = 5) -> float:
     """Measured fp32 GEMM throughput of this machine (GFLOP/s), the reference for achieved FLOP/s."""
     a, b = torch.randn(n, n), torch.randn(n, n)

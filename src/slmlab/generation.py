@@ -4,6 +4,11 @@ Prefill once, then feed one token per step through the model's cache. No logits 
 stopping-criteria objects, no per-step re-slicing of the whole prompt: per step it costs one forward
 of one token plus a sampling step on the last logits. ``transformers``' ``generate()`` works too;
 this loop is the fast path the CLI uses.
+
+Families with a decode plan (:mod:`slmlab.layers.decode`; Lumen and LFM2) decode through it when
+the batch has no padding and no family inputs: the model's forward runs the prompt, the plan runs
+each new token. ``compile=True`` also compiles the plan's step with ``torch.compile`` (one compile
+per shape per process, about 5-15 s on a CPU; worth it for long generations).
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from typing import Callable, Iterable
 
 import torch
 
+from .layers.decode import DecodePlan
 from .layers.fused import frozen_weights
+
+_COMPILED: dict = {}
 
 
 @dataclass
@@ -70,6 +78,8 @@ def generate(
     generator: torch.Generator | None = None,
     model_kwargs: dict | None = None,
     step_kwargs: Callable[[int], dict] | None = None,
+    use_plan: bool = True,
+    compile: bool = False,
 ) -> torch.Tensor:
     """Generate up to ``max_new_tokens`` after ``input_ids [B, T]``.
 
@@ -82,6 +92,9 @@ def generate(
         callback: called with the ``[B]`` new tokens after each step (streaming).
         model_kwargs: extra keyword arguments for the prefill call (e.g. PGSM's ``retrieval_positions``).
         step_kwargs: ``step -> kwargs`` for each decode call (family hooks; step counts from 0).
+        use_plan: decode through the family's decode plan when it has one and the call allows it
+            (no padding, no family inputs); False always steps through ``model.forward``.
+        compile: compile the plan's step with ``torch.compile`` (ignored without a plan).
     Returns:
         ``[B, T + n]`` prompt followed by the generated tokens.
     """
@@ -95,6 +108,13 @@ def generate(
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **(model_kwargs or {}))
     cache = out.cache
     logits = out.logits[:, -1]
+    plan = None
+    if use_plan and not model_kwargs and step_kwargs is None and (attention_mask is None or bool(attention_mask.all())):
+        plan = build_plan(model, input_ids.shape[1] + max_new_tokens)
+    if plan is not None:
+        plan.start(cache)
+        position = torch.tensor([input_ids.shape[1]], device=input_ids.device)
+        step_fn = compiled_step(plan) if compile else None
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     mask = attention_mask
     for step in range(max_new_tokens):
@@ -107,6 +127,10 @@ def generate(
             callback(nxt)
         if step == max_new_tokens - 1 or (stop.numel() and bool(done.all())):
             break
+        if plan is not None:
+            logits = plan.step(nxt[:, None], position, step_fn)
+            position += 1
+            continue
         if mask is not None:
             mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)
         extra = step_kwargs(step) if step_kwargs is not None else {}
@@ -114,3 +138,26 @@ def generate(
         cache = out.cache
         logits = out.logits[:, -1]
     return torch.cat(tokens, dim=1)
+
+
+def build_plan(model: torch.nn.Module, capacity: int) -> DecodePlan | None:
+    """The model's decode plan for ``capacity`` positions, or None (no plan, or beyond its length)."""
+    if not hasattr(model, "decode_plan"):
+        return None
+    limit = model.max_positions()
+    if limit is not None and capacity > limit:
+        return None  # the model's own path raises its length error at the step that crosses it
+    return model.decode_plan(capacity)
+
+
+def compiled_step(plan: DecodePlan):
+    """``torch.compile`` of the plan's step function, shared by every plan of that function.
+
+    Shapes are static (the plan's buffers have a fixed size), so each (batch, capacity) compiles once;
+    on CPU the C++ wrapper removes the Python overhead between kernels.
+    """
+    fn = plan.step_fn
+    if fn not in _COMPILED:
+        options = {"cpp_wrapper": True} if plan.weights["embed"].device.type == "cpu" else None
+        _COMPILED[fn] = torch.compile(fn, dynamic=False, fullgraph=True, options=options)
+    return _COMPILED[fn]

@@ -159,10 +159,12 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
     A family sets ``base_model_class`` (and ``_tied_weights_keys`` if its table is not
     ``model.embed_tokens``); family-specific forward inputs (PGSM's ``retrieval_positions``) pass
     through ``**family_inputs`` to the base model. ``labels`` are shifted inside; a family with
-    auxiliary losses overrides :meth:`compute_loss`.
+    auxiliary losses overrides :meth:`compute_loss`. A family with a decode plan
+    (:mod:`slmlab.layers.decode`) sets ``decode_plan_builder``.
     """
 
     base_model_class: type[nn.Module]
+    decode_plan_builder: Callable | None = None  # (model, capacity) -> DecodePlan
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
     def __init__(self, config) -> None:
@@ -185,6 +187,18 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
 
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return self.model.new_cache(batch_size)
+
+    def max_positions(self) -> int | None:
+        """The longest sequence the model accepts (None: unbounded)."""
+        for name in ("max_seq_len", "max_position_embeddings", "block_size"):
+            if getattr(self.config, name, None):
+                return int(getattr(self.config, name))
+        return None
+
+    def decode_plan(self, capacity: int):
+        """An inference-only one-token step over ``capacity`` positions, or None if the family has none."""
+        builder = type(self).decode_plan_builder
+        return None if builder is None else builder(self, capacity)
 
     def generate(self, *args, **kwargs):
         """transformers' ``generate``; weights are frozen for its duration (fused weights cached)."""

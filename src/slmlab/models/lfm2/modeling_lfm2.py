@@ -37,6 +37,7 @@ from ...layers import (
 from ...layers.masks import causal_bias, has_padding
 from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step, validate_input_ids
 from .configuration_lfm2 import Lfm2SmallConfig
+from .decode import lfm2_decode_plan
 
 
 @dataclass
@@ -308,6 +309,7 @@ class Lfm2SmallForCausalLM(SLMForCausalLM, Lfm2SmallPreTrainedModel):
     """LFM2Small with an LM head (tied to ``embed_tokens`` by default, as in LFM2)."""
 
     base_model_class = Lfm2SmallModel
+    decode_plan_builder = staticmethod(lfm2_decode_plan)
 
 
 def audit_parameters(model: Lfm2SmallForCausalLM | Lfm2SmallBackbone) -> dict[str, int]:

@@ -15,6 +15,7 @@ from ...layers import CausalSelfAttention, KVState, ModelCache, RMSNorm, RotaryE
 from ...layers.masks import causal_bias
 from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step
 from .configuration_lumen import LumenConfig
+from .decode import lumen_decode_plan
 
 
 class LumenDecoderLayer(nn.Module):
@@ -88,6 +89,7 @@ class LumenForCausalLM(SLMForCausalLM, LumenPreTrainedModel):
     """SAGE-Lumen with an LM head tied to the embedding table (by default)."""
 
     base_model_class = LumenModel
+    decode_plan_builder = staticmethod(lumen_decode_plan)
 
 
 def convert_seed_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,142 @@
+"""Decode plans: one-token decoding over pre-arranged weights and fixed-size state buffers.
+
+A model's ``forward`` serves training, prefill, padding and ``generate()``; per decoded token it
+pays for that generality in small dispatches. A *decode plan* is an inference-only twin of the
+one-token step, built from the model's current weights for one generation:
+
+* weights are pre-arranged once (q|k|v and gate|up concatenated and transposed; each head's q/k
+  rows reordered so that RoPE's rotate-half pairs ``(j, j + D/2)`` sit side by side, which turns
+  RoPE into one complex multiply; attention scores are unchanged because q and k get the same
+  order);
+* states live in buffers of fixed size (K/V for ``capacity`` positions, conv windows), written in
+  place (``index_copy_``, ``copy_``); attention reads the whole buffer under a position mask, so
+  every step has the same shapes and ``torch.compile`` compiles it once;
+* the step is a pure function of ``(weights, states, tokens, position)``.
+
+The model's own forward runs the prefill; :meth:`DecodePlan.load_cache` copies its
+:class:`~slmlab.layers.cache.ModelCache` into the buffers. Tests check plan steps against the
+model's own decode (fp32, 1e-5) for every family that has a plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .cache import ConvState, KVState, ModelCache
+
+StepFn = Callable[[dict, list, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def adjacent_pair_order(head_dim: int) -> torch.Tensor:
+    """Channel order that puts rotate-half pairs side by side: ``[0, D/2, 1, D/2 + 1, ...]``."""
+    half = head_dim // 2
+    return torch.stack((torch.arange(half), torch.arange(half, head_dim)), dim=1).flatten()
+
+
+def pair_rows(weight: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """Reorder the output rows of a ``[heads * D, in]`` projection into :func:`adjacent_pair_order`."""
+    order = adjacent_pair_order(head_dim).to(weight.device)
+    return weight.view(heads, head_dim, -1)[:, order].reshape(heads * head_dim, -1)
+
+
+def rope_multipliers(capacity: int, head_dim: int, base: float, heads: int, device: torch.device) -> torch.Tensor:
+    """Per-position complex factors ``e^{i p θ_j}`` for a ``[heads * D]`` row in adjacent-pair order.
+
+    Returns:
+        complex64 ``[capacity, heads * D / 2]`` (``θ_j = base^(-2j/D)``, computed in fp64).
+    """
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim))
+    angles = torch.outer(torch.arange(capacity, dtype=torch.float64, device=device), inv_freq)
+    return torch.polar(torch.ones_like(angles), angles).to(torch.complex64).repeat(1, heads).contiguous()
+
+
+def rotate_pairs(x: torch.Tensor, multipliers: torch.Tensor) -> torch.Tensor:
+    """Multiply adjacent pairs of ``x [..., 2n]`` as complex numbers by ``multipliers [..., n]``."""
+    return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * multipliers).flatten(-2)
+
+
+def cached_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    buffers: tuple[torch.Tensor, torch.Tensor],
+    position: torch.Tensor,
+    allowed: torch.Tensor,
+) -> torch.Tensor:
+    """Write one token's keys/values at ``position`` and attend over the fixed-size buffers.
+
+    Args:
+        q: ``[B, 1, H * D]``; k, v: ``[B, 1, H_kv * D]`` (RoPE already applied to q and k).
+        buffers: ``(keys, values)``, each ``[B, H_kv, L, D]``, updated in place.
+        position: ``[1]`` int64.
+        allowed: bool ``[1, 1, 1, L]``, the filled positions (``<= position``).
+    Returns:
+        ``[B, 1, H * D]``.
+    """
+    keys, values = buffers
+    b, kv_heads, _, head_dim = keys.shape
+    heads = q.shape[-1] // head_dim
+    keys.index_copy_(2, position, k.view(b, kv_heads, 1, head_dim))
+    values.index_copy_(2, position, v.view(b, kv_heads, 1, head_dim))
+    out = F.scaled_dot_product_attention(
+        q.view(b, heads, 1, head_dim), keys, values, attn_mask=allowed, enable_gqa=heads != kv_heads
+    )
+    return out.view(b, 1, heads * head_dim)  # one query: [B, H, 1, D] is laid out as [B, 1, H * D]
+
+
+def kv_buffers_from(state: KVState, capacity: int, key_order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(keys, values)`` buffers ``[B, H_kv, capacity, D]`` holding a prefilled :class:`KVState`,
+    the keys' channels reordered by ``key_order``."""
+    keys, values = state.keys[:, :, : state.length], state.values[:, :, : state.length]
+    b, h, n, d = keys.shape
+    key_buf, value_buf = keys.new_zeros(b, h, capacity, d), values.new_zeros(b, h, capacity, d)
+    key_buf[:, :, :n] = keys[..., key_order.to(keys.device)]
+    value_buf[:, :, :n] = values
+    return key_buf, value_buf
+
+
+def conv_window_from(state: ConvState, batch: int, channels: int, kernel: int, like: torch.Tensor) -> torch.Tensor:
+    """The ``[B, C, K-1]`` window of a prefilled :class:`ConvState` (zeros if it saw nothing)."""
+    if state.window is None:
+        return like.new_zeros(batch, channels, kernel - 1)
+    return state.window.clone()
+
+
+def position_mask(capacity: int, device: torch.device) -> torch.Tensor:
+    """``[1, 1, 1, capacity]`` slot indices; ``slots <= position`` marks the filled ones."""
+    return torch.arange(capacity, device=device).view(1, 1, 1, capacity)
+
+
+@dataclass
+class DecodePlan:
+    """An inference-only one-token step for one model and one generation.
+
+    Args:
+        weights: the pre-arranged tensors the step reads (never written).
+        states: per layer, a tuple of fixed-size buffers the step updates in place (filled by
+            :meth:`start` from the model's prefilled cache).
+        step_fn: ``step_fn(weights, states, tokens [B, 1], position [1]) -> logits [B, V]``; pure,
+            so ``torch.compile`` can compile it once for every plan of the same shapes.
+        load_cache: ``load_cache(cache) -> states``: the buffers holding a prefilled model cache.
+        capacity: positions the buffers hold.
+    """
+
+    weights: dict
+    step_fn: StepFn
+    load_cache: Callable[[ModelCache], list]
+    capacity: int
+    states: list = field(default_factory=list)
+
+    def start(self, cache: ModelCache) -> None:
+        """Take over a prefilled cache (the model's own forward ran the prompt)."""
+        if cache.seen_tokens >= self.capacity:
+            raise ValueError(f"the prompt fills all {self.capacity} positions of the decode plan")
+        self.states = self.load_cache(cache)
+
+    def step(self, tokens: torch.Tensor, position: torch.Tensor, step_fn: StepFn | None = None) -> torch.Tensor:
+        """Logits ``[B, V]`` after feeding ``tokens [B, 1]`` at ``position`` (a ``[1]`` int64 tensor)."""
+        return (step_fn or self.step_fn)(self.weights, self.states, tokens, position)

@@ -1,0 +1,71 @@
+"""SAGE-Lumen's decode plan (see :mod:`slmlab.layers.decode`): the one-token step of
+:class:`~.modeling_lumen.LumenForCausalLM` over pre-arranged weights and fixed K/V buffers."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ...layers.decode import (
+    DecodePlan,
+    adjacent_pair_order,
+    cached_attention,
+    kv_buffers_from,
+    pair_rows,
+    position_mask,
+    rope_multipliers,
+    rotate_pairs,
+)
+
+
+def lumen_step(weights: dict, states: list, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """``tokens [B, 1]`` at ``position [1]`` -> logits ``[B, V]``; writes K/V into ``states``."""
+    eps, d, qk_width = weights["eps"], weights["hidden"], weights["qk_width"]
+    x = F.embedding(tokens, weights["embed"])  # [B, 1, d]
+    turn = weights["rope"].index_select(0, position)
+    allowed = weights["slots"] <= position
+    for layer, buffers in zip(weights["layers"], states):
+        qkv = F.rms_norm(x, (d,), layer["norm1"], eps) @ layer["qkv"]
+        qk = rotate_pairs(qkv[..., :qk_width], turn)
+        q, k = qk.split(weights["split"], dim=-1)
+        x = x + cached_attention(q, k, qkv[..., qk_width:], buffers, position, allowed) @ layer["o"]
+        if "gate_up" in layer:  # fixed per model: attention-only blocks have none
+            gate, up = (F.rms_norm(x, (d,), layer["norm2"], eps) @ layer["gate_up"]).chunk(2, dim=-1)
+            x = x + (F.silu(gate) * up) @ layer["down"]
+    return F.rms_norm(x[:, -1], (d,), weights["norm"], eps) @ weights["head"]
+
+
+@torch.no_grad()
+def lumen_decode_plan(model, capacity: int) -> DecodePlan:
+    """The plan for ``model`` (a ``LumenForCausalLM``) with room for ``capacity`` positions."""
+    config, inner = model.config, model.model
+    heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+    device = inner.embed_tokens.weight.device
+    layers = []
+    for block in inner.layers:
+        attn = block.self_attn
+        qkv = torch.cat(
+            (pair_rows(attn.q_proj.weight, heads, head_dim), pair_rows(attn.k_proj.weight, kv_heads, head_dim), attn.v_proj.weight)
+        )
+        layer = {"norm1": block.input_layernorm.weight, "qkv": qkv.t().contiguous(), "o": attn.o_proj.weight.t().contiguous()}
+        if block.mlp is not None:
+            layer.update(
+                norm2=block.post_attention_layernorm.weight,
+                gate_up=torch.cat((block.mlp.gate_proj.weight, block.mlp.up_proj.weight)).t().contiguous(),
+                down=block.mlp.down_proj.weight.t().contiguous(),
+            )
+        layers.append(layer)
+    weights = {
+        "eps": config.rms_norm_eps,
+        "hidden": config.hidden_dim,
+        "qk_width": (heads + kv_heads) * head_dim,
+        "split": (heads * head_dim, kv_heads * head_dim),
+        "embed": inner.embed_tokens.weight,
+        "head": model.lm_head.weight.t().contiguous(),
+        "norm": inner.norm.weight,
+        "rope": rope_multipliers(capacity, head_dim, config.rope_theta, heads + kv_heads, device),
+        "slots": position_mask(capacity, device),
+        "layers": layers,
+    }
+    key_order = adjacent_pair_order(head_dim)
+    return DecodePlan(weights, lumen_step, lambda cache: [kv_buffers_from(s, capacity, key_order) for s in cache], capacity)
