@@ -23,7 +23,7 @@ import torch
 from transformers import Lfm2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import generation_rows, print_table, timeit_interleaved  # noqa: E402
+from common import floor_row, generation_rows, print_table, timeit_interleaved  # noqa: E402
 
 from slmlab.generation import build_plan, generate  # noqa: E402
 from slmlab.models.lfm2 import Lfm2SmallConfig, config_to_transformers, from_transformers  # noqa: E402
@@ -57,6 +57,7 @@ def bench_generation(ours, hf, prompt_len=128, new=128, repeats=3) -> list[dict]
     }
     rows = generation_rows(run_hf(hf), variants, new, repeats, "transformers Lfm2 .generate()", CLOCK)
     ref = run_hf(hf)()
+    rows.append(floor_row(ours, 1 / rows[0]["tokens/s"]))
     for name, fn in variants.items():
         assert torch.equal(ref, fn()), f"greedy outputs differ: {name}"
     return rows

@@ -1,7 +1,8 @@
 """SAGE-Lumen vs transformers' LlamaForCausalLM on the same weights (CPU, fp32).
 
-Prints generation tokens/s (our streaming loop vs ``LlamaForCausalLM.generate``: batch 1, 128-token
-prompt, 128 new tokens, greedy) and training tokens/s (forward + backward + AdamW, batch 8 x 256) with
+Prints generation tokens/s (our streaming loop through the model's forward, through the decode plan,
+and through the compiled plan, vs ``LlamaForCausalLM.generate``: batch 1, 128-token prompt, 128 new
+tokens, greedy; the compiled row also shows its first call, which compiles) and training tokens/s (forward + backward + AdamW, batch 8 x 256) with
 achieved GFLOP/s against the measured fp32 matmul peak.
 
     .venv/bin/python benchmarks/bench_lumen.py [--threads 2]
@@ -17,7 +18,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import generation_rows, matmul_peak_gflops, print_table, timeit  # noqa: E402
+from common import floor_row, generation_rows, matmul_peak_gflops, print_table, timeit  # noqa: E402
 
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
@@ -53,10 +54,12 @@ def bench_generation(ours, llama, prompt_len=128, new=128, repeats=3) -> list[di
         "slmlab generate (decode plan)": lambda: generate(ours, ids, new),
         "slmlab generate (plan, compiled)": lambda: generate(ours, ids, new, compile=True),
     }
+    rows = generation_rows(hf, variants, new, repeats, "transformers Llama generate")
     ref = hf()
+    rows.append(floor_row(ours, 1 / rows[0]["tokens/s"]))
     for name, fn in variants.items():
         assert torch.equal(ref, fn()), f"greedy outputs differ: {name}"
-    return generation_rows(hf, variants, new, repeats, "transformers Llama generate")
+    return rows
 
 
 def train_flops_per_token(model, seq_len) -> float:

@@ -59,6 +59,30 @@ def generation_rows(baseline: Callable[[], object], ours: dict[str, Callable[[],
     return rows
 
 
+def weight_streaming_floor(model: torch.nn.Module, repeats: int = 50) -> tuple[float, float]:
+    """The fastest batch-1 decode any implementation of ``model`` can reach on this machine in its
+    dtype: the time of one vector-matrix product over every 2-D weight (each read once per token, the
+    LM head included), and nothing else. Returns ``(seconds per token, megabytes read per token)``."""
+    mats = [p.detach().t().contiguous() for name, p in model.named_parameters() if p.dim() == 2 and "embed" not in name]
+    head, table = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and head.weight is table.weight:  # tied: the table is also read as the LM head
+        mats.append(head.weight.detach().t().contiguous())
+    vectors = {m.shape[0]: torch.randn(1, m.shape[0], dtype=m.dtype) for m in mats}
+
+    def one_token():
+        for m in mats:
+            vectors[m.shape[0]] @ m
+
+    return timeit(one_token, repeats=repeats, warmup=5), sum(m.numel() * m.element_size() for m in mats) / 1e6
+
+
+def floor_row(model: torch.nn.Module, baseline_seconds_per_token: float) -> dict:
+    """A table row: the weight-streaming floor as tokens/s, and the largest ratio it allows."""
+    sec, mb = weight_streaming_floor(model)
+    return {"side": f"floor: GEMVs only ({mb:.1f} MB of weights per token)", "tokens/s": 1 / sec,
+            "ratio": baseline_seconds_per_token / sec, "first call s": float("nan")}
+
+
 def matmul_peak_gflops(n: int = 1024, repeats: int = 5) -> float:
     """Measured fp32 GEMM throughput of this machine (GFLOP/s), the reference for achieved FLOP/s."""
     a, b = torch.randn(n, n), torch.randn(n, n)
