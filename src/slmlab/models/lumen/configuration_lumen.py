@@ -21,7 +21,7 @@ class LumenConfig(PretrainedConfig):
         num_kv_heads: key/value heads (1 = MQA; any divisor of ``num_heads`` = GQA).
         intermediate_dim: SwiGLU inner width (512); 0 builds attention-only blocks without the MLP
             sublayer (Zoology's convention for MQAR: an MLP lets a small model memorise the fixed
-            training set instead of learning the induction circuit, measured in ``docs/training.md``).
+            training set instead of learning the induction circuit, measured in ``docs/lumen.md``).
         max_seq_len: longest sequence the model accepts (1024).
         rms_norm_eps: 1e-6.
         rope_theta: 10000.0.
