@@ -111,6 +111,33 @@ def position_mask(capacity: int, device: torch.device) -> torch.Tensor:
     return torch.arange(capacity, device=device).view(1, 1, 1, capacity)
 
 
+def qkv_columns(q_weight: torch.Tensor, k_weight: torch.Tensor, v_weight: torch.Tensor, heads: int, kv_heads: int,
+                head_dim: int) -> torch.Tensor:
+    """``[d, (H + 2 H_kv) D]``: ``x @ it`` gives ``q | k | v`` with q and k in adjacent-pair order."""
+    rows = (pair_rows(q_weight, heads, head_dim), pair_rows(k_weight, kv_heads, head_dim), v_weight)
+    return torch.cat(rows).t().contiguous()
+
+
+def stack_weights(model, final_norm: torch.Tensor, eps: float, heads: int, kv_heads: int, head_dim: int,
+                  rope_theta: float, capacity: int, layers: list[dict]) -> dict:
+    """The entries every attention decode step reads besides its layers: embedding table, transposed
+    LM head, final norm, RoPE factors for ``q | k``, the slot indices, and the shapes."""
+    table = model.get_input_embeddings().weight
+    return {
+        "eps": eps,
+        "hidden": table.shape[1],
+        "head_dim": head_dim,
+        "qk_width": (heads + kv_heads) * head_dim,
+        "split": (heads * head_dim, kv_heads * head_dim),
+        "embed": table,
+        "head": model.get_output_embeddings().weight.t().contiguous(),
+        "norm": final_norm,
+        "rope": rope_multipliers(capacity, head_dim, rope_theta, heads + kv_heads, table.device),
+        "slots": position_mask(capacity, table.device),
+        "layers": layers,
+    }
+
+
 @dataclass
 class DecodePlan:
     """An inference-only one-token step for one model and one generation.

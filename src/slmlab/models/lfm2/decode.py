@@ -13,10 +13,9 @@ from ...layers.decode import (
     cached_attention,
     conv_window_from,
     kv_buffers_from,
-    pair_rows,
-    position_mask,
-    rope_multipliers,
+    qkv_columns,
     rotate_pairs,
+    stack_weights,
 )
 from ...layers.cache import ConvState
 
@@ -60,13 +59,11 @@ def lfm2_step(weights: dict, states: list, tokens: torch.Tensor, position: torch
 
 def _attention_weights(attn, heads: int, kv_heads: int, head_dim: int) -> dict:
     order = adjacent_pair_order(head_dim).to(attn.q_proj.weight.device)
-    qkv = torch.cat(
-        (pair_rows(attn.q_proj.weight, heads, head_dim), pair_rows(attn.k_proj.weight, kv_heads, head_dim), attn.v_proj.weight)
-    )
+    qkv = qkv_columns(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, heads, kv_heads, head_dim)
     qk_norm = torch.cat(
         (attn.q_layernorm.weight[order].expand(heads, head_dim), attn.k_layernorm.weight[order].expand(kv_heads, head_dim))
     )
-    return {"qkv": qkv.t().contiguous(), "qk_norm": qk_norm.contiguous(), "out_proj": attn.out_proj.weight.t().contiguous()}
+    return {"qkv": qkv, "qk_norm": qk_norm.contiguous(), "out_proj": attn.out_proj.weight.t().contiguous()}
 
 
 def _conv_weights(conv) -> dict:
@@ -86,7 +83,6 @@ def lfm2_decode_plan(model, capacity: int) -> DecodePlan:
     """The plan for ``model`` (an ``Lfm2SmallForCausalLM``) with room for ``capacity`` positions."""
     config, inner = model.config, model.model
     heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    device = inner.embed_tokens.weight.device
     layers = []
     for block in inner.layers:
         mixer = _attention_weights(block.self_attn, heads, kv_heads, head_dim) if hasattr(block, "self_attn") else _conv_weights(block.conv)
@@ -100,19 +96,9 @@ def lfm2_decode_plan(model, capacity: int) -> DecodePlan:
                 **mixer,
             }
         )
-    weights = {
-        "eps": config.rms_norm_eps,
-        "hidden": config.hidden_size,
-        "head_dim": head_dim,
-        "qk_width": (heads + kv_heads) * head_dim,
-        "split": (heads * head_dim, kv_heads * head_dim),
-        "embed": inner.embed_tokens.weight,
-        "head": model.lm_head.weight.t().contiguous(),
-        "norm": inner.embedding_norm.weight,
-        "rope": rope_multipliers(capacity, head_dim, config.rope_theta, heads + kv_heads, device),
-        "slots": position_mask(capacity, device),
-        "layers": layers,
-    }
+    weights = stack_weights(
+        model, inner.embedding_norm.weight, config.rms_norm_eps, heads, kv_heads, head_dim, config.rope_theta, capacity, layers
+    )
     key_order = adjacent_pair_order(head_dim)
     embed = inner.embed_tokens.weight
 

@@ -6,16 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...layers.decode import (
-    DecodePlan,
-    adjacent_pair_order,
-    cached_attention,
-    kv_buffers_from,
-    pair_rows,
-    position_mask,
-    rope_multipliers,
-    rotate_pairs,
-)
+from ...layers.decode import DecodePlan, adjacent_pair_order, cached_attention, kv_buffers_from, qkv_columns, rotate_pairs, stack_weights
 
 
 def lumen_step(weights: dict, states: list, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
@@ -40,14 +31,14 @@ def lumen_decode_plan(model, capacity: int) -> DecodePlan:
     """The plan for ``model`` (a ``LumenForCausalLM``) with room for ``capacity`` positions."""
     config, inner = model.config, model.model
     heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
-    device = inner.embed_tokens.weight.device
     layers = []
     for block in inner.layers:
         attn = block.self_attn
-        qkv = torch.cat(
-            (pair_rows(attn.q_proj.weight, heads, head_dim), pair_rows(attn.k_proj.weight, kv_heads, head_dim), attn.v_proj.weight)
-        )
-        layer = {"norm1": block.input_layernorm.weight, "qkv": qkv.t().contiguous(), "o": attn.o_proj.weight.t().contiguous()}
+        layer = {
+            "norm1": block.input_layernorm.weight,
+            "qkv": qkv_columns(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, heads, kv_heads, head_dim),
+            "o": attn.o_proj.weight.t().contiguous(),
+        }
         if block.mlp is not None:
             layer.update(
                 norm2=block.post_attention_layernorm.weight,
@@ -55,17 +46,6 @@ def lumen_decode_plan(model, capacity: int) -> DecodePlan:
                 down=block.mlp.down_proj.weight.t().contiguous(),
             )
         layers.append(layer)
-    weights = {
-        "eps": config.rms_norm_eps,
-        "hidden": config.hidden_dim,
-        "qk_width": (heads + kv_heads) * head_dim,
-        "split": (heads * head_dim, kv_heads * head_dim),
-        "embed": inner.embed_tokens.weight,
-        "head": model.lm_head.weight.t().contiguous(),
-        "norm": inner.norm.weight,
-        "rope": rope_multipliers(capacity, head_dim, config.rope_theta, heads + kv_heads, device),
-        "slots": position_mask(capacity, device),
-        "layers": layers,
-    }
+    weights = stack_weights(model, inner.norm.weight, config.rms_norm_eps, heads, kv_heads, head_dim, config.rope_theta, capacity, layers)
     key_order = adjacent_pair_order(head_dim)
     return DecodePlan(weights, lumen_step, lambda cache: [kv_buffers_from(s, capacity, key_order) for s in cache], capacity)
