@@ -101,6 +101,12 @@ def test_generate_falls_back_where_the_plan_does_not_apply():
     assert torch.equal(generate(model, ids, 6, attention_mask=mask), ref)  # padded: forward path
 
 
+def test_half_precision_models_decode_through_forward():
+    model = lumen(num_kv_heads=2, intermediate_dim=48).to(torch.bfloat16)
+    assert build_plan(model, 16) is None
+    assert generate(model, torch.randint(0, 97, (1, 5)), 4).shape == (1, 9)
+
+
 def test_a_prompt_that_fills_the_plan_is_refused():
     model = lumen(num_kv_heads=1, intermediate_dim=48)
     with torch.inference_mode():

@@ -141,9 +141,12 @@ def generate(
 
 
 def build_plan(model: torch.nn.Module, capacity: int) -> DecodePlan | None:
-    """The model's decode plan for ``capacity`` positions, or None (no plan, or beyond its length)."""
+    """The model's decode plan for ``capacity`` positions, or None (no plan, a half-precision model,
+    or beyond its length)."""
     if not hasattr(model, "decode_plan"):
         return None
+    if model.get_input_embeddings().weight.dtype not in (torch.float32, torch.float64):
+        return None  # RoPE as a complex multiply needs fp32/fp64 pairs (no bfloat16 complex type)
     limit = model.max_positions()
     if limit is not None and capacity > limit:
         return None  # the model's own path raises its length error at the step that crosses it
