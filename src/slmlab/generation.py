@@ -106,17 +106,13 @@ def generate(
     if max_new_tokens == 0:
         return input_ids
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **(model_kwargs or {}))
-    cache = out.cache
     logits = out.logits[:, -1]
-    plan = None
+    advance = None
     if use_plan and not model_kwargs and step_kwargs is None and (attention_mask is None or bool(attention_mask.all())):
-        plan = build_plan(model, input_ids.shape[1] + max_new_tokens)
-    if plan is not None:
-        plan.start(cache)
-        position = torch.tensor([input_ids.shape[1]], device=input_ids.device)
-        step_fn = compiled_step(plan) if compile else None
+        advance = plan_decoder(model, out.cache, input_ids.shape[1], max_new_tokens, compile)
+    if advance is None:
+        advance = forward_decoder(model, out.cache, attention_mask, step_kwargs)
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-    mask = attention_mask
     for step in range(max_new_tokens):
         nxt = sample_next(logits, sampling, generator)
         if stop.numel():
@@ -127,17 +123,45 @@ def generate(
             callback(nxt)
         if step == max_new_tokens - 1 or (stop.numel() and bool(done.all())):
             break
-        if plan is not None:
-            logits = plan.step(nxt[:, None], position, step_fn)
-            position += 1
-            continue
+        logits = advance(nxt[:, None], step)
+    return torch.cat(tokens, dim=1)
+
+
+Decoder = Callable[[torch.Tensor, int], torch.Tensor]  # (tokens [B, 1], step) -> next logits [B, V]
+
+
+def forward_decoder(model: torch.nn.Module, cache, attention_mask: torch.Tensor | None,
+                    step_kwargs: Callable[[int], dict] | None) -> Decoder:
+    """Steps through ``model.forward`` and its cache (every family; padding and family inputs)."""
+    mask = attention_mask
+
+    def advance(tokens: torch.Tensor, step: int) -> torch.Tensor:
+        nonlocal cache, mask
         if mask is not None:
             mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)
         extra = step_kwargs(step) if step_kwargs is not None else {}
-        out = model(input_ids=nxt[:, None], attention_mask=mask, cache=cache, use_cache=True, **extra)
+        out = model(input_ids=tokens, attention_mask=mask, cache=cache, use_cache=True, **extra)
         cache = out.cache
-        logits = out.logits[:, -1]
-    return torch.cat(tokens, dim=1)
+        return out.logits[:, -1]
+
+    return advance
+
+
+def plan_decoder(model: torch.nn.Module, cache, prompt_len: int, max_new_tokens: int, compile: bool) -> Decoder | None:
+    """Steps through the family's decode plan, taking over the prefilled ``cache``; None without a plan."""
+    plan = build_plan(model, prompt_len + max_new_tokens)
+    if plan is None:
+        return None
+    plan.start(cache)
+    position = torch.tensor([prompt_len], device=plan.weights["embed"].device)
+    step_fn = compiled_step(plan) if compile else None
+
+    def advance(tokens: torch.Tensor, step: int) -> torch.Tensor:
+        logits = plan.step(tokens, position, step_fn)
+        position.add_(1)
+        return logits
+
+    return advance
 
 
 def build_plan(model: torch.nn.Module, capacity: int) -> DecodePlan | None:
