@@ -55,8 +55,18 @@ def rope_multipliers(capacity: int, head_dim: int, base: float, heads: int, devi
 
 
 def rotate_pairs(x: torch.Tensor, multipliers: torch.Tensor) -> torch.Tensor:
-    """Multiply adjacent pairs of ``x [..., 2n]`` as complex numbers by ``multipliers [..., n]``."""
-    return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * multipliers).flatten(-2)
+    """Multiply adjacent pairs of ``x [..., 2n]`` as complex numbers by ``multipliers [..., n]``.
+
+    Eager PyTorch does it in one complex multiply; under ``torch.compile`` it is written in real
+    arithmetic, which inductor fuses into neighbouring kernels (it does not generate code for complex
+    tensors and would call back into eager for them).
+    """
+    if not torch.compiler.is_compiling():
+        return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * multipliers).flatten(-2)
+    pairs = x.unflatten(-1, (-1, 2))
+    re, im = pairs[..., 0], pairs[..., 1]
+    cos, sin = multipliers.real, multipliers.imag
+    return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).flatten(-2)
 
 
 def cached_attention(
