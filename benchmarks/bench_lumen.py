@@ -18,7 +18,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import floor_row, generation_rows, matmul_peak_gflops, print_table, timeit  # noqa: E402
+from common import adamw_step, floor_row, generation_rows, matmul_peak_gflops, print_table, timeit  # noqa: E402
 
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
@@ -54,7 +54,8 @@ def bench_generation(ours, llama, prompt_len=128, new=128, repeats=3) -> list[di
         "slmlab generate (decode plan)": lambda: generate(ours, ids, new),
         "slmlab generate (plan, compiled)": lambda: generate(ours, ids, new, compile=True),
     }
-    rows = generation_rows(hf, variants, new, repeats, "transformers Llama generate")
+    rows = generation_rows(hf, variants, new, repeats, "transformers Llama generate",
+                           first_call_timed=("slmlab generate (plan, compiled)",))
     ref = hf()
     rows.append(floor_row(ours, 1 / rows[0]["tokens/s"]))
     for name, fn in variants.items():
@@ -74,15 +75,7 @@ def bench_training(ours, llama, batch=8, seq=256, steps=3) -> list[dict]:
     peak = matmul_peak_gflops()
     times = {}
     for name, model in (("transformers Llama", llama), ("slmlab Lumen", ours)):
-        model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            model(input_ids=ids, labels=ids).loss.backward()
-            opt.step()
-
-        times[name] = timeit(step, repeats=steps, warmup=1)
+        times[name] = timeit(adamw_step(model, ids), repeats=steps, warmup=1)
     for name, sec in times.items():
         tps = batch * seq / sec
         gflops = tps * train_flops_per_token(ours, seq) / 1e9

@@ -25,7 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import print_table  # noqa: E402
+from common import adamw_step, print_table  # noqa: E402
 
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
@@ -94,16 +94,7 @@ def plain_llama(args) -> LumenForCausalLM:
 
 def train_step(model, args):
     """A closure running one forward + backward + AdamW step on a fixed batch."""
-    model.train()
-    ids = torch.randint(1, args.vocab, (args.batch, args.seq), device=args.device, generator=None)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-
-    return step
+    return adamw_step(model, torch.randint(1, args.vocab, (args.batch, args.seq), device=args.device))
 
 
 def train_step_time(model, args) -> float:

@@ -21,6 +21,19 @@ def timeit(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> float
     return statistics.median(times)
 
 
+def adamw_step(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+    """A closure running one forward + backward + AdamW step of ``model`` on the batch ``ids``."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    return step
+
+
 def timeit_interleaved(
     fns: dict[str, Callable[[], object]], repeats: int = 3, warmup: int = 1, clock: Callable[[], float] = time.perf_counter
 ) -> dict[str, float]:
@@ -39,17 +52,17 @@ def timeit_interleaved(
 
 
 def generation_rows(baseline: Callable[[], object], ours: dict[str, Callable[[], object]], new_tokens: int,
-                    repeats: int, baseline_name: str, clock: Callable[[], float] = time.perf_counter) -> list[dict]:
+                    repeats: int, baseline_name: str, clock: Callable[[], float] = time.perf_counter,
+                    first_call_timed: tuple[str, ...] = ()) -> list[dict]:
     """Tokens/s of a baseline and of our generation variants, timed in turns, as table rows.
 
-    ``ours`` may hold a ``"... compiled"`` variant: its first call (the compile) is timed apart.
+    The first call of each variant named in ``first_call_timed`` (e.g. one that compiles) is timed apart.
     """
     compile_s = {}
-    for name, fn in ours.items():
-        if "compiled" in name:
-            t0 = time.perf_counter()
-            fn()
-            compile_s[name] = time.perf_counter() - t0
+    for name in first_call_timed:
+        t0 = time.perf_counter()
+        ours[name]()
+        compile_s[name] = time.perf_counter() - t0
     times = timeit_interleaved({baseline_name: baseline, **ours}, repeats, clock=clock)
     rows = []
     for name, sec in times.items():

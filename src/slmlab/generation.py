@@ -153,7 +153,7 @@ def plan_decoder(model: torch.nn.Module, cache, prompt_len: int, max_new_tokens:
     if plan is None:
         return None
     plan.start(cache)
-    position = torch.tensor([prompt_len], device=plan.weights["embed"].device)
+    position = torch.tensor([prompt_len], device=plan.device)
     step_fn = compiled_step(plan) if compile else None
 
     def advance(tokens: torch.Tensor, step: int) -> torch.Tensor:
@@ -185,6 +185,6 @@ def compiled_step(plan: DecodePlan):
     """
     fn = plan.step_fn
     if fn not in _COMPILED:
-        options = {"cpp_wrapper": True} if plan.weights["embed"].device.type == "cpu" else None
+        options = {"cpp_wrapper": True} if plan.device.type == "cpu" else None
         _COMPILED[fn] = torch.compile(fn, dynamic=False, fullgraph=True, options=options)
     return _COMPILED[fn]

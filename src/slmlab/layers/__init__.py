@@ -1,6 +1,6 @@
 """Shared building blocks, one concern per file."""
 
-from .attention import CausalSelfAttention, check_head_layout, sdpa
+from .attention import CausalSelfAttention, attend_projected, check_head_layout, sdpa
 from .cache import ConvState, KVState, LayerState, ModelCache, TensorState
 from .fused import ConcatenatedWeights, frozen_weights
 from .conv import CausalDepthwiseConv1d
@@ -13,6 +13,7 @@ __all__ = [
     "AttentionBias",
     "CausalDepthwiseConv1d",
     "CausalSelfAttention",
+    "attend_projected",
     "ConcatenatedWeights",
     "ConvState",
     "KVState",

@@ -35,6 +35,39 @@ def sdpa(
     )
 
 
+def attend_projected(
+    qkv: torch.Tensor,
+    heads: tuple[int, int, int],
+    q_norm: nn.Module,
+    k_norm: nn.Module,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    bias: AttentionBias,
+    state: KVState | None = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Attention from projected rows: split ``q | k | v``, per-head norms, RoPE, the cache, SDPA.
+
+    Args:
+        qkv: ``[B, T, (H + 2 H_kv) D]``.
+        heads: ``(H, H_kv, D)``.
+        q_norm, k_norm: per-head norms over ``D`` (``nn.Identity`` for none).
+        cos, sin: ``[B, T, R]`` RoPE tables; state: the layer's :class:`KVState` when decoding.
+    Returns:
+        ``[B, T, H * D]``, before the output projection.
+    """
+    num_heads, num_kv_heads, head_dim = heads
+    b, t, _ = qkv.shape
+    q, k, v = qkv.split((num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim), dim=-1)
+    q = q_norm(q.view(b, t, num_heads, head_dim)).transpose(1, 2)
+    k = k_norm(k.view(b, t, num_kv_heads, head_dim)).transpose(1, 2)
+    v = v.view(b, t, num_kv_heads, head_dim).transpose(1, 2)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    if state is not None:
+        k, v = state.update(k, v)
+    return sdpa(q, k, v, bias, dropout_p).transpose(1, 2).reshape(b, t, -1)
+
+
 def check_head_layout(hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int | None) -> int:
     """Validate a head layout and return the head dimension."""
     if num_heads <= 0 or num_kv_heads <= 0:
@@ -89,7 +122,6 @@ class CausalSelfAttention(nn.Module):
         self.k_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden_size, num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * self.head_dim, hidden_size, bias=False)
-        self._split = (num_heads * self.head_dim, num_kv_heads * self.head_dim, num_kv_heads * self.head_dim)
         self._qkv_weight = ConcatenatedWeights()
         if qk_norm:
             self.q_norm = RMSNorm(self.head_dim, eps)
@@ -112,14 +144,7 @@ class CausalSelfAttention(nn.Module):
         bias: AttentionBias,
         state: KVState | None = None,
     ) -> torch.Tensor:
-        b, t, _ = x.shape
-        qkv = self.project_qkv(x)
-        q, k, v = qkv.split(self._split, dim=-1)
-        q = self.q_norm(q.view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(k.view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if state is not None:
-            k, v = state.update(k, v)
-        out = sdpa(q, k, v, bias, self.dropout if self.training else 0.0)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        heads = (self.num_heads, self.num_kv_heads, self.head_dim)
+        dropout = self.dropout if self.training else 0.0
+        out = attend_projected(self.project_qkv(x), heads, self.q_norm, self.k_norm, cos, sin, bias, state, dropout)
+        return self.o_proj(out)

@@ -26,7 +26,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .cache import ConvState, KVState, ModelCache
+from .cache import KVState, ModelCache
+from .rotary import RotaryEmbedding
 
 StepFn = Callable[[dict, list, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -44,14 +45,15 @@ def pair_rows(weight: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
 
 
 def rope_multipliers(capacity: int, head_dim: int, base: float, heads: int, device: torch.device) -> torch.Tensor:
-    """Per-position complex factors ``e^{i p θ_j}`` for a ``[heads * D]`` row in adjacent-pair order.
+    """Per-position complex factors ``e^{i p θ_j}`` for a ``[heads * D]`` row in adjacent-pair order,
+    from the model's own :class:`RotaryEmbedding` tables (identical angles).
 
     Returns:
-        complex64 ``[capacity, heads * D / 2]`` (``θ_j = base^(-2j/D)``, computed in fp64).
+        complex64 ``[capacity, heads * D / 2]``.
     """
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim))
-    angles = torch.outer(torch.arange(capacity, dtype=torch.float64, device=device), inv_freq)
-    return torch.polar(torch.ones_like(angles), angles).to(torch.complex64).repeat(1, heads).contiguous()
+    cos, sin = RotaryEmbedding(head_dim, base, 1.0, capacity).tables(capacity, device)
+    half = head_dim // 2  # the tables repeat each angle for channels j and j + D/2
+    return torch.complex(cos[:capacity, :half], sin[:capacity, :half]).repeat(1, heads).contiguous()
 
 
 def rotate_pairs(x: torch.Tensor, multipliers: torch.Tensor) -> torch.Tensor:
@@ -109,13 +111,6 @@ def kv_buffers_from(state: KVState, capacity: int, key_order: torch.Tensor) -> t
     return key_buf, value_buf
 
 
-def conv_window_from(state: ConvState, batch: int, channels: int, kernel: int, like: torch.Tensor) -> torch.Tensor:
-    """The ``[B, C, K-1]`` window of a prefilled :class:`ConvState` (zeros if it saw nothing)."""
-    if state.window is None:
-        return like.new_zeros(batch, channels, kernel - 1)
-    return state.window.clone()
-
-
 def position_mask(capacity: int, device: torch.device) -> torch.Tensor:
     """``[1, 1, 1, capacity]`` slot indices; ``slots <= position`` marks the filled ones."""
     return torch.arange(capacity, device=device).view(1, 1, 1, capacity)
@@ -168,8 +163,14 @@ class DecodePlan:
     capacity: int
     states: list = field(default_factory=list)
 
+    @property
+    def device(self) -> torch.device:
+        return self.weights["embed"].device
+
     def start(self, cache: ModelCache) -> None:
         """Take over a prefilled cache (the model's own forward ran the prompt)."""
+        if cache.seen_tokens == 0:
+            raise ValueError("the decode plan starts from a prefilled cache; run the prompt through the model first")
         if cache.seen_tokens >= self.capacity:
             raise ValueError(f"the prompt fills all {self.capacity} positions of the decode plan")
         self.states = self.load_cache(cache)

@@ -132,7 +132,7 @@ def generate_command(argv: list[str]) -> int:
     if not ids:
         raise ValueError("the prompt is empty; give --prompt text or --prompt-ids")
     input_ids = torch.tensor([ids], device=dev)
-    max_pos = getattr(model.config, "max_position_embeddings", None)
+    max_pos = model.max_positions()
     n_new = args.max_new_tokens if max_pos is None else max(0, min(args.max_new_tokens, max_pos - len(ids)))
     new: list[int] = []
     printed = 0

@@ -11,7 +11,6 @@ from ...layers.decode import (
     DecodePlan,
     adjacent_pair_order,
     cached_attention,
-    conv_window_from,
     kv_buffers_from,
     qkv_columns,
     rotate_pairs,
@@ -100,23 +99,10 @@ def lfm2_decode_plan(model, capacity: int) -> DecodePlan:
         model, inner.embedding_norm.weight, config.rms_norm_eps, heads, kv_heads, head_dim, config.rope_theta, capacity, layers
     )
     key_order = adjacent_pair_order(head_dim)
-    embed = inner.embed_tokens.weight
 
     def load_cache(cache) -> list:
-        return [
-            (conv_window_from(state, cache_batch(cache), config.hidden_size, config.conv_kernel_size, embed),)
-            if isinstance(state, ConvState)
-            else kv_buffers_from(state, capacity, key_order)
-            for state in cache
-        ]
+        # a conv layer's window after the prompt: [B, d, K-1], copied (the step slides it in place)
+        return [(s.window.clone(),) if isinstance(s, ConvState) else kv_buffers_from(s, capacity, key_order) for s in cache]
 
     return DecodePlan(weights, lfm2_step, load_cache, capacity)
 
-
-def cache_batch(cache) -> int:
-    """The batch size of a prefilled cache (from any state holding a tensor)."""
-    for state in cache:
-        for value in vars(state).values():
-            if isinstance(value, torch.Tensor):
-                return value.shape[0]
-    raise ValueError("the cache holds no state yet; run the prompt through the model first")

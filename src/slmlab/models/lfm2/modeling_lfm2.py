@@ -31,8 +31,7 @@ from ...layers import (
     ModelCache,
     RMSNorm,
     RotaryEmbedding,
-    apply_rotary,
-    sdpa,
+    attend_projected,
 )
 from ...layers.masks import causal_bias, has_padding
 from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step, validate_input_ids
@@ -113,23 +112,14 @@ class Lfm2Attention(nn.Module):
         self.out_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.q_layernorm = RMSNorm(head_dim, eps)
         self.k_layernorm = RMSNorm(head_dim, eps)
-        self._split = (num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim)
         self._qkv_weight = ConcatenatedWeights()
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: AttentionBias, state: KVState | None = None
     ) -> torch.Tensor:
-        b, t, _ = x.shape
         qkv = F.linear(x, self._qkv_weight(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
-        q, k, v = qkv.split(self._split, dim=-1)
-        q = self.q_layernorm(q.view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_layernorm(k.view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if state is not None:
-            k, v = state.update(k, v)
-        out = sdpa(q, k, v, bias)
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+        heads = (self.num_heads, self.num_kv_heads, self.head_dim)
+        return self.out_proj(attend_projected(qkv, heads, self.q_layernorm, self.k_layernorm, cos, sin, bias, state))
 
 
 class Lfm2MLP(nn.Module):
