@@ -6,10 +6,11 @@ import json
 import random
 
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from slmlab.data import get_tokenizer, tokenizer_fingerprint
+from slmlab.data.byte_alphabet import byte_to_unicode, unicode_to_byte
 from slmlab.data.packing import encode_documents
 
 
@@ -72,6 +73,30 @@ def test_bpe_round_trips_arbitrary_unicode(bpe):
         assert bpe.decode(bpe.encode(text)) == text
     for text in ["  leading and trailing  ", "\t\n\r\x00\x7f", "ſtraße İstanbul ﬁ", "the king doth speak"]:
         assert bpe.decode(bpe.encode(text)) == text
+
+
+def test_byte_alphabet_round_trips_all_256_bytes_as_bytelevel_does(bpe):
+    forward, inverse = byte_to_unicode(), unicode_to_byte()
+    assert sorted(forward) == list(range(256)) and len(set(forward.values())) == 256
+    assert [inverse[forward[b]] for b in range(256)] == list(range(256))
+    assert all(len(ch) == 1 and ch.isprintable() and not ch.isspace() for ch in forward.values())
+    assert set(forward.values()) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert set(forward.values()) <= set(bpe.get_vocab())  # the trained BPE starts from this alphabet
+    # tokenizers' ByteLevel writes each UTF-8 byte as the same character, and its decoder reads it back
+    text = "".join(chr(c) for c in range(0x80)) + "".join(random_unicode(random.Random(3), 400))
+    data = text.encode("utf-8")
+    pieces = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(text)
+    assert "".join(piece for piece, _ in pieces) == "".join(forward[b] for b in data)
+    assert decoders.ByteLevel().decode([forward[b] for b in data]) == text
+    with pytest.raises(TypeError):
+        forward[0] = "x"  # read-only: one shared table nobody can corrupt
+
+
+def test_neollm_byte_table_uses_the_one_alphabet():
+    from slmlab.models.neollm.components import byte_table
+
+    assert byte_table.unicode_to_byte is unicode_to_byte
+    assert byte_table.piece_to_bytes("".join(byte_to_unicode()[b] for b in range(256))) == bytes(range(256))
 
 
 def test_bpe_vocabulary_and_specials(bpe):

@@ -3,7 +3,7 @@
 Every tokenizer returned here is a :class:`transformers.PreTrainedTokenizerFast` whose ``bos``,
 ``eos`` and ``pad`` tokens are set. The byte-level tokenizer maps byte ``b`` to id ``b`` (ids 0-255)
 and puts ``<bos>``/``<eos>``/``<pad>`` at 256/257/258; the BPE tokenizer puts them at 0/1/2 and
-starts from the same 256-symbol byte alphabet (Radford et al. 2019, GPT-2 byte-to-unicode table), so
+starts from the same 256-symbol byte alphabet (:mod:`slmlab.data.byte_alphabet`, GPT-2's table), so
 both encode any Unicode text and decode it back unchanged. Neither adds specials on ``encode``:
 :mod:`slmlab.data.packing` frames every document as ``<bos> text <eos>`` itself.
 """
@@ -21,28 +21,12 @@ from typing import Iterable
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from .byte_alphabet import byte_to_unicode
 from .paths import resolve_cache_dir
 
 BOS, EOS, PAD = "<bos>", "<eos>", "<pad>"
 SPECIAL_TOKENS = (BOS, EOS, PAD)
 _SPECIAL_ATTRS = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}
-
-
-def byte_to_unicode() -> dict[int, str]:
-    """The reversible byte -> printable character table of GPT-2's byte-level BPE.
-
-    Printable Latin-1 bytes stand for themselves; the other 68 bytes are shifted to code points
-    256, 257, ... in byte order, so that no byte becomes whitespace or a control character.
-    """
-    printable = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAC + 1)) | set(range(0xAE, 0xFF + 1))
-    table, shifted = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + shifted)
-            shifted += 1
-    return table
 
 
 def _wrap(tok: Tokenizer) -> PreTrainedTokenizerFast:

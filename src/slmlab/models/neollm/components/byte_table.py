@@ -11,23 +11,10 @@ For each id below the model's vocabulary size the first matching rule gives its 
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+
+from slmlab.data.byte_alphabet import unicode_to_byte
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
-
-
-@lru_cache(maxsize=1)
-def unicode_to_byte() -> dict[str, int]:
-    """Inverse of the GPT-2 byte-level alphabet: printable Latin-1 bytes stand for themselves, the
-    other 68 bytes are shifted to code points 256.. in byte order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars = {b: chr(b) for b in printable}
-    shift = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + shift)
-            shift += 1
-    return {c: b for b, c in chars.items()}
 
 
 def piece_to_bytes(piece: str) -> bytes:
