@@ -1,12 +1,29 @@
-"""Synthetic tasks: determinism, invariants (spec R4), label convention converted exactly once."""
+"""Synthetic tasks: determinism, invariants, label convention converted exactly once, registration."""
 
 from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
 import torch
 
-from slmlab.data.tasks import IGNORE_INDEX, MQAR, DistanceRetrieval, parse_task_spec, to_hf_labels
+import slmlab.data.tasks as tasks_pkg
+from slmlab.data.tasks import (
+    IGNORE_INDEX,
+    MQAR,
+    TASKS,
+    DistanceRetrieval,
+    Task,
+    parse_task_spec,
+    register_task,
+    to_hf_labels,
+)
 from slmlab.data.tasks.distance import FILLER, KEYS, QUERY, STORE, VALUES
 from slmlab.models.base import causal_lm_loss
 
@@ -158,3 +175,87 @@ def test_distinct_uniform_is_distinct_in_range_and_uniform(k):
         assert np.abs(freq - 0.1).max() < 0.006
     with pytest.raises(ValueError, match="cannot draw 11 distinct values"):
         distinct_uniform(np.random.default_rng(0), 5, 15, 1, 11)
+
+
+@pytest.fixture
+def registry():
+    """The task registry, restored after the test (throwaway tasks must not leak into other tests)."""
+    saved = dict(TASKS)
+    yield TASKS
+    TASKS.clear()
+    TASKS.update(saved)
+
+
+def throwaway_task(name: str, task_id: int) -> type[Task]:
+    @dataclass(frozen=True)
+    class Throwaway(Task):
+        settings: ClassVar[dict[str, dict]] = {"gpu": dict(n_train=1, n_test=1)}
+
+        @property
+        def vocab_size(self) -> int:
+            return 4
+
+        @property
+        def seq_len(self) -> int:
+            return 4
+
+        def _generate(self, n, rng):
+            raise NotImplementedError
+
+    Throwaway.name, Throwaway.task_id = name, task_id
+    Throwaway.__qualname__ = f"Throwaway_{name}_{task_id}"
+    return Throwaway
+
+
+def test_duplicate_task_id_or_name_is_refused_and_registers_nothing(registry):
+    before = dict(registry)
+    with pytest.raises(ValueError, match=r"task_id 1 of .*Throwaway_fresh_1 is already used by slmlab\.data\.tasks\.mqar\.MQAR"):
+        register_task(throwaway_task("fresh", MQAR.task_id))
+    with pytest.raises(ValueError, match=r"task name 'mqar' of .* is already registered by slmlab\.data\.tasks\.mqar\.MQAR"):
+        register_task(throwaway_task("mqar", 901))
+    with pytest.raises(ValueError, match="task name 't1'"):
+        register_task(throwaway_task("fresh", 902), "T1")  # aliases are case-insensitive, like spec lookup
+    with pytest.raises(ValueError, match="non-empty name and a task_id >= 0"):
+        register_task(throwaway_task("", 903))
+    with pytest.raises(TypeError, match="Task subclass"):
+        register_task(int)
+    assert registry == before
+    fresh = register_task(throwaway_task("fresh", 904), "fresh_alias")
+    assert register_task(fresh) is fresh  # the same class again (a reloaded module) is fine
+    assert registry["fresh"] is registry["fresh_alias"] is fresh
+    assert isinstance(parse_task_spec("FRESH"), fresh)
+
+
+def test_every_module_of_the_package_registers_its_task():
+    modules = {p.stem for p in Path(tasks_pkg.__file__).parent.glob("*.py")} - {"__init__", "base"}
+    registered = {cls.__module__.rsplit(".", 1)[1] for cls in TASKS.values()}
+    assert modules and modules <= registered
+    assert len({cls.task_id for cls in set(TASKS.values())}) == len(set(TASKS.values()))
+
+
+def test_a_new_module_in_the_package_is_discovered(tmp_path, monkeypatch):
+    """A copy of the package with one extra module: importing the package registers the new task."""
+    shutil.copytree(Path(tasks_pkg.__file__).parent, tmp_path / "tasks_copy", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "tasks_copy" / "echo.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from typing import ClassVar\n"
+        "from .base import Task, register_task\n\n\n"
+        "@dataclass(frozen=True)\n"
+        "class Echo(Task):\n"
+        "    name: ClassVar[str] = 'echo'\n"
+        "    task_id: ClassVar[int] = 99\n"
+        "    vocab_size = 4\n"
+        "    seq_len = 4\n\n"
+        "    def _generate(self, n, rng):\n"
+        "        raise NotImplementedError\n\n\n"
+        "register_task(Echo)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        copy = importlib.import_module("tasks_copy")
+        assert copy.TASKS["echo"].__module__ == "tasks_copy.echo"
+        assert {"mqar", "t1", "t7", "distance_retrieval"} <= set(copy.TASKS)
+    finally:
+        for name in [m for m in sys.modules if m == "tasks_copy" or m.startswith("tasks_copy.")]:
+            del sys.modules[name]
+    assert "echo" not in TASKS

@@ -7,8 +7,9 @@ transformers convention (position ``p`` is trained on ``labels[p + 1]``), so
 :func:`to_hf_labels` shifts exactly once, at the boundary between task and model; nothing else
 in the library shifts task labels.
 
-Adding a task: subclass :class:`Task` (a frozen dataclass), give it ``name``, ``task_id``,
-``settings`` and ``_generate``, and decorate it with :func:`register_task`.
+Adding a task: a new module in this package with a frozen dataclass subclassing :class:`Task` (``name``,
+a unique ``task_id``, ``settings``, ``vocab_size``, ``seq_len``, ``_generate``) and a call to
+:func:`register_task`; the package imports every module in it, so nothing else needs editing.
 """
 
 from __future__ import annotations
@@ -165,10 +166,37 @@ TASKS: dict[str, type[Task]] = {}
 
 
 def register_task(cls: type[Task], *aliases: str) -> type[Task]:
-    """Register a task class under its ``name`` and ``aliases`` (``register_task(MQAR, "t1")``)."""
-    for key in (cls.name, *aliases):
+    """Register a task class under its ``name`` and ``aliases`` (``register_task(MQAR, "t1")``).
+
+    The task's module calls this at import; :mod:`slmlab.data.tasks` imports every module of the
+    package, so a new task needs no other registration. ``task_id`` seeds the task's random streams
+    (:func:`task_rng`), so two tasks sharing one would draw correlated data: a ``task_id`` or a name
+    already held by another class raises ``ValueError`` and nothing is registered. Registering the
+    same class again (a reloaded module) replaces it.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"register_task expects a Task subclass, got {cls!r}")
+    key_of = _qualified_name(cls)
+    if not cls.name or not isinstance(cls.task_id, int) or cls.task_id < 0:
+        raise ValueError(f"task {key_of} needs a non-empty name and a task_id >= 0, got {cls.name!r} / {cls.task_id!r}")
+    keys = [key.lower() for key in (cls.name, *aliases)]
+    for key in keys:
+        held = TASKS.get(key)
+        if held is not None and _qualified_name(held) != key_of:
+            raise ValueError(f"task name {key!r} of {key_of} is already registered by {_qualified_name(held)}")
+    for other in set(TASKS.values()):
+        if other.task_id == cls.task_id and _qualified_name(other) != key_of:
+            raise ValueError(
+                f"task_id {cls.task_id} of {key_of} is already used by {_qualified_name(other)} "
+                f"(task ids seed the data streams and must be unique; taken: {sorted({t.task_id for t in TASKS.values()})})"
+            )
+    for key in keys:
         TASKS[key] = cls
     return cls
+
+
+def _qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def parse_task_spec(spec: str) -> Task | None:
