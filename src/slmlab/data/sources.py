@@ -177,7 +177,7 @@ class TextSource(DataSource):
 
 
 class TaskSource(DataSource):
-    """A synthetic task (spec/benchmarks.md) with fixed train / validation / test sets.
+    """A synthetic task (``docs/data.md``, Synthetic tasks) with fixed train / validation / test sets.
 
     Labels are converted from the task's convention to the transformers one here, once
     (:func:`~slmlab.data.tasks.to_hf_labels`); ``retrieval_positions`` stay the prediction positions

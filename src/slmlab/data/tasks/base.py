@@ -1,7 +1,7 @@
-"""The synthetic-task interface (spec/benchmarks.md section 1) and the one label conversion.
+"""The synthetic-task interface and the one label conversion (``docs/data.md``, Synthetic tasks).
 
 A task is a small frozen dataclass config plus a numpy generator
-``make(n, seed, split) -> TaskBatch``. Generators follow the spec's (Zoology's) convention:
+``make(n, seed, split) -> TaskBatch``. Generators follow Zoology's convention (arXiv:2312.04927):
 ``labels[p]`` is the token the model must output *at* position ``p``. slmlab models follow the
 transformers convention (position ``p`` is trained on ``labels[p + 1]``), so
 :func:`to_hf_labels` shifts exactly once, at the boundary between task and model; nothing else
@@ -27,7 +27,7 @@ SPLIT_IDS = {"train": 0, "validation": 1, "test": 2}
 
 @dataclass
 class TaskBatch:
-    """Generated examples, in the spec's convention.
+    """Generated examples, in the task (Zoology) convention.
 
     Args:
         inputs: int64 ``[n, T]`` token ids.
@@ -49,13 +49,13 @@ class TaskBatch:
 
 
 def to_hf_labels(labels: np.ndarray) -> np.ndarray:
-    """Spec labels (target of the prediction at ``p``) -> transformers labels (shifted inside the model).
+    """Task labels (target of the prediction at ``p``) -> transformers labels (shifted inside the model).
 
     ``hf[:, 1:] = labels[:, :-1]`` and ``hf[:, 0] = -100``. A label at the last position has no slot
     after the shift; the generators never score it, and this raises if one does.
 
     Args:
-        labels: int ``[n, T]`` in the spec's convention.
+        labels: int ``[n, T]`` in the task (Zoology) convention.
     Returns:
         int64 ``[n, T]`` in the transformers convention.
     """
@@ -69,7 +69,7 @@ def to_hf_labels(labels: np.ndarray) -> np.ndarray:
 
 
 def task_rng(seed: int, task_id: int, split: str) -> np.random.Generator:
-    """``default_rng(SeedSequence([seed, TASK_ID, SPLIT_ID]))`` (spec section 1)."""
+    """``default_rng(SeedSequence([seed, TASK_ID, SPLIT_ID]))``: one independent stream per task and split."""
     if split not in SPLIT_IDS:
         raise ValueError(f"split must be one of {sorted(SPLIT_IDS)}, got {split!r}")
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(task_id), SPLIT_IDS[split]]))

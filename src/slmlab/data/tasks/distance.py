@@ -1,6 +1,6 @@
 """T7: associative retrieval at a controlled distance (the PGSM "distance 768 in block 1024" task).
 
-A reconstruction (spec/benchmarks.md T7) of the experiment behind seed 001's retrieval head:
+A reconstruction of the experiment behind PGSM's retrieval head (``docs/data.md``, Synthetic tasks):
 ``STORE k* v*`` is written so that the key sits ``distance`` tokens before the queried key,
 ``QUERY k*`` ends at the query position ``q``, and the prediction at ``q`` must be ``v*``. ``D``
 distractor triples ``STORE k_j v_j`` with other keys sit at random free places before the query.
@@ -25,7 +25,7 @@ LAYOUTS = ("marker_then_key", "key_then_marker")
 
 @dataclass(frozen=True)
 class DistanceRetrieval(Task):
-    """Distance-controlled retrieval config (spec T7); vocabulary 256.
+    """Distance-controlled retrieval config (T7); vocabulary 256.
 
     Args:
         T: sequence length.
@@ -33,7 +33,7 @@ class DistanceRetrieval(Task):
         max_distance: if set, the distance of each example is uniform in ``[distance, max_distance]``.
         D: distractor triples (distinct keys != k*); D >= 2 is the headline setting.
         query_layout: ``"marker_then_key"`` writes ``QUERY k*`` at ``(q-1, q)``; ``"key_then_marker"``
-            writes ``k* QUERY`` (for the seed's auto-retrieve-on-marker mode). Scored position: ``q``.
+            writes ``k* QUERY`` (for PGSM's ``auto_retrieve_on_query_token`` mode). Scored position: ``q``.
         n_train / n_test: fixed set sizes.
     """
 

@@ -21,7 +21,7 @@ FILLERS = ("zero", "random")
 
 @dataclass(frozen=True)
 class MQAR(Task):
-    """MQAR config (spec T1).
+    """MQAR config (T1).
 
     Args:
         V: vocabulary size (even, > T).
