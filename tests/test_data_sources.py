@@ -110,7 +110,7 @@ def test_eval_batches_are_finite_ordered_and_deterministic(text_source):
 def test_token_cache_is_reused_and_keyed_by_tokenizer(corpus, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     first = get_source(corpus, get_tokenizer("byte"), 32, cache_dir=cache)
-    first.streams
+    _ = first.streams  # tokenise once, into the cache
     assert isinstance(first.streams["train"].tokens, np.memmap)
 
     def refuse(*args, **kwargs):
@@ -121,7 +121,7 @@ def test_token_cache_is_reused_and_keyed_by_tokenizer(corpus, tmp_path, monkeypa
     assert np.array_equal(again.streams["train"].tokens, first.streams["train"].tokens)
     monkeypatch.undo()
     bpe = get_tokenizer("bpe", texts=first.train_texts(), vocab_size=300, cache_dir=cache)
-    get_source(corpus, bpe, 32, cache_dir=cache).streams
+    _ = get_source(corpus, bpe, 32, cache_dir=cache).streams
     assert len([p for p in (cache / "tokens").iterdir() if not p.name.startswith(".")]) == 2
 
 
@@ -131,7 +131,7 @@ def test_truncated_cache_is_detected(corpus, tmp_path):
     with open(path, "r+b") as f:
         f.truncate(100)
     with pytest.raises(ValueError, match="truncated or corrupt"):
-        get_source(corpus, get_tokenizer("byte"), 32, cache_dir=tmp_path / "c").streams
+        _ = get_source(corpus, get_tokenizer("byte"), 32, cache_dir=tmp_path / "c").streams
 
 
 def test_train_texts_work_before_a_tokenizer_exists(corpus, tmp_path):
@@ -221,7 +221,7 @@ def test_get_source_errors(tmp_path, corpus):
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("short line\n" * 20)
     with pytest.raises(ValueError, match="the validation split has .* tokens, fewer than the 64 needed"):
-        get_source(str(tiny), get_tokenizer("byte"), 64, cache_dir=tmp_path).streams
+        _ = get_source(str(tiny), get_tokenizer("byte"), 64, cache_dir=tmp_path).streams
 
 
 def test_dataloader_benchmark_runs(corpus, tmp_path):

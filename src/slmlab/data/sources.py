@@ -10,9 +10,9 @@ from __future__ import annotations
 import abc
 import itertools
 import warnings
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -216,7 +216,8 @@ class TaskSource(DataSource):
         self.leakage = {s: self._overlap(sets["train"]["inputs"], sets[s]["inputs"]) for s in ("validation", "test")}
         for split, frac in self.leakage.items():
             if frac > LEAKAGE_WARN_FRACTION:
-                warnings.warn(f"{self.name}: {frac:.2%} of {split} rows also occur in train (Zoology warns above 0.1%)")
+                msg = f"{self.name}: {frac:.2%} of {split} rows also occur in train (Zoology warns above 0.1%)"
+                warnings.warn(msg, stacklevel=2)
         return sets
 
     @staticmethod

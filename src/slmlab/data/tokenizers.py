@@ -15,8 +15,8 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -82,7 +82,8 @@ def _ensure_specials(tokenizer: PreTrainedTokenizerFast, origin: str) -> PreTrai
                 added.append(name)
             tokenizer.add_special_tokens({attr: name})
     if added:
-        warnings.warn(f"tokenizer {origin} had no {added}; added them as new tokens (vocabulary is now {len(tokenizer)})")
+        msg = f"tokenizer {origin} had no {added}; added them as new tokens (vocabulary is now {len(tokenizer)})"
+        warnings.warn(msg, stacklevel=2)
     return tokenizer
 
 

@@ -131,7 +131,7 @@ class Task(abc.ABC):
         """``n`` examples drawn from ``rng`` (vectorised numpy)."""
 
     @classmethod
-    def from_spec(cls, options: str) -> "Task":
+    def from_spec(cls, options: str) -> Task:
         """``"cpu"``, ``"gpu"``, ``"cpu,T=128,N=8"`` or ``"T=128"`` (default setting plus overrides)."""
         setting, overrides = cls.default_setting, {}
         fields = {f.name: f for f in dataclasses.fields(cls)}
