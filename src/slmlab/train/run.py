@@ -105,6 +105,15 @@ def attach_tokenizer(model, tokenizer) -> None:
             module.set_byte_table(tokenizer)
 
 
+def prepare_for_training(model, seq_len: int) -> None:
+    """Call the model's optional ``prepare_for_training(seq_len)`` hook, if it defines one: a model
+    whose function depends on the training length (e.g. NeoLLM's automatic local-attention window)
+    writes what it resolved into its config, so checkpoints and generation use the trained function."""
+    hook = getattr(model, "prepare_for_training", None)
+    if callable(hook):
+        hook(seq_len)
+
+
 def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Trainer:
     """Everything ``slmlab train`` builds, ready to ``train()``.
 
@@ -131,8 +140,10 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Tr
     tokenizer = build_tokenizer(cfg, run_dir, dist_info)
     source = open_source(cfg, tokenizer)
     first = next(iter(source.eval_batches("validation", 1, 1)))
-    model = build_model(cfg, needed_vocab(source, tokenizer), first["input_ids"].shape[1])
+    seq_len = first["input_ids"].shape[1]
+    model = build_model(cfg, needed_vocab(source, tokenizer), seq_len)
     attach_tokenizer(model, tokenizer)
+    prepare_for_training(model, seq_len)
     trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
     if ckpt is not None:
         trainer.resume(ckpt)
