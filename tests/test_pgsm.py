@@ -391,7 +391,7 @@ def test_retrieval_shape_is_only_checked_when_the_retriever_is_built():
 
 def test_bad_inputs_raise_actionable_errors():
     model = make(block_size=16)
-    with pytest.raises(ValueError, match=r"Input length 17 exceeds config.block_size=16"):
+    with pytest.raises(ValueError, match=r"sequence length 17 \(cached \+ new tokens\) exceeds block_size=16"):
         model(input_ids=torch.zeros(1, 17, dtype=torch.long))
     ids = torch.zeros(2, 6, dtype=torch.long)
     for bad, match in [

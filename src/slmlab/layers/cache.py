@@ -109,6 +109,11 @@ class ModelCache:
     def _all_states(self) -> list[LayerState]:
         return self.layers + list(self.extra.values())
 
+    def advance(self, tokens: int) -> None:
+        """Count ``tokens`` more as seen (the forward frame calls this once per call, after every
+        layer has written its state)."""
+        self.seen_tokens += tokens
+
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen_tokens
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -10,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from ..layers.cache import ModelCache
+from ..layers.cache import LayerState, ModelCache
 from ..layers.fused import frozen_weights
 from ..layers.masks import position_ids_from_mask
 
@@ -31,6 +30,9 @@ def validate_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
                 f"token id {bad} is outside the vocabulary [0, {vocab_size}); check that the tokenizer matches the"
                 " model (config.vocab_size)"
             )
+
+
+_MAX_POSITIONS = "max_position_embeddings"
 
 
 def validate_length(total_length: int, max_positions: int | None, field: str = "max_position_embeddings") -> None:
@@ -93,10 +95,16 @@ class SLMPreTrainedModel(PreTrainedModel):
         """An empty cache for this model. Families override this."""
         raise TypeError(f"{type(self).__name__} does not define a decoding cache")
 
+    def max_positions(self) -> int | None:
+        """The longest sequence (cached + new tokens) the model accepts; None: unbounded. Every
+        family's config names it ``max_position_embeddings`` (an alias where the family has its own
+        name, e.g. Lumen's ``max_seq_len`` or PGSM's ``block_size``)."""
+        return getattr(self.config, _MAX_POSITIONS, None)
+
 
 @dataclass
-class StepInputs:
-    """What a base model's forward needs after the shared boundary checks.
+class ForwardInputs:
+    """What a family's layer loop receives from the shared forward frame.
 
     Args:
         embeds: ``[B, T, d]`` input embeddings.
@@ -104,6 +112,11 @@ class StepInputs:
         past: tokens already in the cache.
         position_ids: ``[B, T]`` positions of the current tokens (real tokens only under left padding).
         use_cache: whether the caller asked for the cache back.
+        decoding: the caller passed a cache or asked for one explicitly (``use_cache=True``), as
+            ``generate()`` does; a plain forward (training) is not decoding.
+        input_ids: ``[B, T]`` token ids, or None when the caller passed ``inputs_embeds``.
+        attention_mask: ``[B, past + T]``, 1 = real token, 0 = padding (left padding), or None.
+        hidden_states: the per-layer outputs collected so far when ``output_hidden_states``, else None.
     """
 
     embeds: torch.Tensor
@@ -111,45 +124,133 @@ class StepInputs:
     past: int
     position_ids: torch.Tensor
     use_cache: bool
+    decoding: bool = False
+    input_ids: torch.Tensor | None = None
+    attention_mask: torch.Tensor | None = None
+    hidden_states: list[torch.Tensor] | None = None
+
+    @property
+    def length(self) -> int:
+        """``T``, the number of tokens in this call."""
+        return self.embeds.shape[1]
+
+    def state(self, index: int) -> LayerState | None:
+        """Layer ``index``'s cache entry, or None without a cache."""
+        return self.cache[index] if self.cache is not None else None
+
+    def record(self, hidden: torch.Tensor) -> None:
+        """Keep one layer's output for ``output_hidden_states`` (a no-op when not asked for)."""
+        if self.hidden_states is not None:
+            self.hidden_states.append(hidden)
 
 
-def prepare_step(
-    model: "SLMPreTrainedModel",
+def prepare_inputs(
+    model: "SLMBaseModel",
     input_ids: torch.Tensor | None,
     inputs_embeds: torch.Tensor | None,
     attention_mask: torch.Tensor | None,
     position_ids: torch.Tensor | None,
     cache: ModelCache | None,
-    past_key_values: ModelCache | None,
     use_cache: bool | None,
-    embed: Callable[[torch.Tensor], torch.Tensor] | None,
-    max_positions: int | None,
-    positions_field: str = "max_position_embeddings",
-) -> StepInputs:
+    output_hidden_states: bool = False,
+) -> ForwardInputs:
     """The boundary of every base model's forward: validate the inputs, embed them, pick or build
     the cache, check the length and the mask, and derive position ids from the mask."""
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("pass exactly one of input_ids or inputs_embeds")
-    cache = resolve_cache_arg(cache, past_key_values)
     config = model.config
+    decoding = cache is not None or use_cache is True
     if input_ids is not None:
         validate_input_ids(input_ids, config.vocab_size)
-        inputs_embeds = embed(input_ids)
+        inputs_embeds = model.embed(input_ids)
     else:
-        validate_embeds(inputs_embeds, config.hidden_size)
+        model.check_inputs_embeds(inputs_embeds)
     use_cache = bool(getattr(config, "use_cache", True) if use_cache is None else use_cache)
     if use_cache and cache is None:
         cache = model.new_cache(inputs_embeds.shape[0])
     b, t, _ = inputs_embeds.shape
     past = cache.seen_tokens if cache is not None else 0
-    validate_length(past + t, max_positions, positions_field)
+    validate_length(past + t, model.max_positions(), type(config).attribute_map.get(_MAX_POSITIONS, _MAX_POSITIONS))
     if attention_mask is not None and tuple(attention_mask.shape) != (b, past + t):
         raise ValueError(
             f"attention_mask must have shape [batch, past + seq_len] = {(b, past + t)}, got {tuple(attention_mask.shape)}"
         )
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask, past, t, b, inputs_embeds.device)
-    return StepInputs(inputs_embeds, cache, past, position_ids, use_cache)
+    hidden_states = [inputs_embeds] if output_hidden_states else None
+    return ForwardInputs(
+        inputs_embeds, cache, past, position_ids, use_cache, decoding, input_ids, attention_mask, hidden_states
+    )
+
+
+class SLMBaseModel(SLMPreTrainedModel):
+    """The forward frame every family's base model shares.
+
+    ``forward`` validates and embeds the inputs, picks or builds the cache, derives positions
+    (:func:`prepare_inputs`), runs the family's :meth:`layer_loop`, advances the cache by the
+    tokens of the call and returns a ``BaseModelOutputWithPast`` (with ``hidden_states`` when
+    asked). A family implements only :meth:`layer_loop`: its maths. Hooks a family may override:
+    :meth:`embed` (token ids to vectors) and :meth:`check_inputs_embeds`; ``family_inputs`` names
+    the extra forward keyword arguments handed to :meth:`layer_loop` (PGSM's
+    ``retrieval_positions``).
+    """
+
+    family_inputs: tuple[str, ...] = ()
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` token ids -> ``[B, T, d]`` input embeddings."""
+        return self.get_input_embeddings()(input_ids)
+
+    def check_inputs_embeds(self, inputs_embeds: torch.Tensor) -> None:
+        """Raise an actionable error for ``inputs_embeds`` this model cannot take."""
+        validate_embeds(inputs_embeds, self.config.hidden_size)
+
+    def layer_loop(self, inputs: ForwardInputs, **family_inputs) -> torch.Tensor:
+        """The family's stack over ``inputs.embeds``: returns the final (normalised) hidden state
+        ``[B, T, d]``. Layer ``i`` reads and updates ``inputs.state(i)``; after each layer the loop
+        calls ``inputs.record(x)`` (the hidden states transformers returns: the embeddings, then
+        one entry per layer, the last replaced by the returned, normalised state)."""
+        raise TypeError(f"{type(self).__name__} must define layer_loop(inputs) (see SLMBaseModel)")
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: ModelCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        past_key_values: ModelCache | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """Args:
+            input_ids: ``[B, T]`` token ids (or ``inputs_embeds [B, T, d]``).
+            attention_mask: ``[B, past + T]``, 1 = real token, 0 = padding (left padding).
+            position_ids: ``[B, T]``; by default counted over real tokens only.
+            cache: a :class:`ModelCache` from an earlier call (built here when ``use_cache``);
+                ``past_key_values`` is the older name of the same argument.
+            use_cache: build/return a cache (default ``config.use_cache``).
+            output_hidden_states: also return the embeddings and every layer's output
+                (default ``config.output_hidden_states``).
+            kwargs: the family inputs named in ``family_inputs``; other keys are ignored.
+        """
+        if output_hidden_states is None:
+            output_hidden_states = bool(getattr(self.config, "output_hidden_states", False))
+        inputs = prepare_inputs(
+            self, input_ids, inputs_embeds, attention_mask, position_ids, resolve_cache_arg(cache, past_key_values),
+            use_cache, output_hidden_states,
+        )
+        hidden = self.layer_loop(inputs, **{name: kwargs[name] for name in self.family_inputs if name in kwargs})
+        if inputs.cache is not None:
+            inputs.cache.advance(inputs.length)
+        hidden_states = None
+        if inputs.hidden_states is not None:
+            inputs.hidden_states[-1] = hidden
+            hidden_states = tuple(inputs.hidden_states)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden, cache=inputs.cache if inputs.use_cache else None, hidden_states=hidden_states
+        )
 
 
 class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
@@ -188,13 +289,6 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return self.model.new_cache(batch_size)
 
-    def max_positions(self) -> int | None:
-        """The longest sequence the model accepts (None: unbounded)."""
-        for name in ("max_seq_len", "max_position_embeddings", "block_size"):
-            if getattr(self.config, name, None):
-                return int(getattr(self.config, name))
-        return None
-
     def decode_plan(self, capacity: int):
         """An inference-only one-token step over ``capacity`` positions, or None if the family has none."""
         builder = type(self).decode_plan_builder
@@ -207,7 +301,7 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
 
     def _validate_model_kwargs(self, model_kwargs: dict) -> None:
         # family inputs reach the base model through **family_inputs: generate() must accept their names
-        family = set(inspect.signature(self.model.forward).parameters) - {"kwargs"}
+        family = set(self.model.family_inputs)
         super()._validate_model_kwargs({k: v for k, v in model_kwargs.items() if k not in family})
 
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor, base_output, num_items_in_batch=None) -> torch.Tensor:
@@ -226,15 +320,18 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         past_key_values: ModelCache | None = None,
         logits_to_keep: int = 0,
         num_items_in_batch=None,
+        output_hidden_states: bool | None = None,
         **family_inputs,
     ) -> CausalLMOutputWithPast:
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=resolve_cache_arg(cache, past_key_values),
+            cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            past_key_values=past_key_values,
+            output_hidden_states=output_hidden_states,
             **family_inputs,
         )
         hidden = out.last_hidden_state
@@ -243,6 +340,6 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden)
         loss = self.compute_loss(logits, labels, out, num_items_in_batch) if labels is not None else None
         result = CausalLMOutputWithPast(
-            loss=loss, logits=logits, cache=out.cache, hidden_states=getattr(out, "hidden_states", None)
+            loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states
         )
         return result if return_dict is not False else result.to_tuple()

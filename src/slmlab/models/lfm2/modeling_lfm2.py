@@ -34,7 +34,7 @@ from ...layers import (
     attend_projected,
 )
 from ...layers.masks import causal_bias, has_padding
-from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step, validate_input_ids
+from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel
 from .configuration_lfm2 import Lfm2SmallConfig
 from .decode import lfm2_decode_plan
 
@@ -203,7 +203,7 @@ class Lfm2SmallPreTrainedModel(SLMPreTrainedModel):
     _no_split_modules = ["Lfm2ConvDecoderLayer", "Lfm2AttentionDecoderLayer"]
 
 
-class Lfm2SmallBackbone(Lfm2SmallPreTrainedModel):
+class Lfm2SmallBackbone(SLMBaseModel, Lfm2SmallPreTrainedModel):
     """The LFM2 stack without token embeddings: decoder layers, RoPE and ``embedding_norm``.
 
     For the seed's default config it holds exactly 6,627,712 parameters. Encoders with their own
@@ -224,17 +224,31 @@ class Lfm2SmallBackbone(Lfm2SmallPreTrainedModel):
         """One state per layer: the last ``K-1`` conv inputs for conv layers, K/V for attention."""
         return ModelCache([layer.state_class() for layer in self.layers])
 
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        raise ValueError(f"{type(self).__name__} has no token embeddings; pass inputs_embeds (or use Lfm2SmallModel)")
+
+    def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
+        t, mask, x = inputs.length, inputs.attention_mask, inputs.embeds
+        cos, sin = self.rotary_emb(inputs.position_ids)
+        conv_mask = mask[:, -t:, None].to(x.dtype) if has_padding(mask) else None
+        mixer_inputs = MixerInputs(cos, sin, causal_bias(mask, t, inputs.past + t, x.device), conv_mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mixer_inputs, inputs.state(i))
+            inputs.record(x)
+        return self.embedding_norm(x)
+
     def forward(
         self,
-        inputs_embeds: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         cache: ModelCache | None = None,
         use_cache: bool | None = None,
         past_key_values: ModelCache | None = None,
+        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        """Run the stack.
+        """Run the stack (the shared frame, :meth:`SLMBaseModel.forward`, with ``inputs_embeds`` first).
 
         Args:
             inputs_embeds: ``[B, T, d]`` floating point.
@@ -243,56 +257,23 @@ class Lfm2SmallBackbone(Lfm2SmallPreTrainedModel):
             cache: a :class:`ModelCache` from a previous call (or :meth:`new_cache`).
             use_cache: build/return a cache (default ``config.use_cache``).
         """
-        step = prepare_step(
-            self, None, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
-            None, self.config.max_position_embeddings,
+        return SLMBaseModel.forward(
+            self, inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+            use_cache=use_cache, past_key_values=past_key_values, output_hidden_states=output_hidden_states, **kwargs,
         )
-        cache, past, position_ids, use_cache = step.cache, step.past, step.position_ids, step.use_cache
-        b, t, _ = inputs_embeds.shape
-        device = inputs_embeds.device
-        cos, sin = self.rotary_emb(position_ids)
-        conv_mask = attention_mask[:, -t:, None].to(inputs_embeds.dtype) if has_padding(attention_mask) else None
-        inputs = MixerInputs(cos, sin, causal_bias(attention_mask, t, past + t, device), conv_mask)
-        x = inputs_embeds
-        for i, layer in enumerate(self.layers):
-            x = layer(x, inputs, cache[i] if cache is not None else None)
-        if cache is not None:
-            cache.seen_tokens += t
-        return BaseModelOutputWithPast(last_hidden_state=self.embedding_norm(x), cache=cache if use_cache else None)
 
 
 class Lfm2SmallModel(Lfm2SmallBackbone):
-    """:class:`Lfm2SmallBackbone` with a token embedding table (``embed_tokens``)."""
+    """:class:`Lfm2SmallBackbone` with a token embedding table (``embed_tokens``); its forward is
+    the shared frame's (``input_ids`` first, as every transformers base model)."""
 
     def __init__(self, config: Lfm2SmallConfig) -> None:
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids or inputs_embeds")
-        if input_ids is not None:
-            validate_input_ids(input_ids, self.config.vocab_size)
-            inputs_embeds = self.embed_tokens(input_ids)
-        return super().forward(
-            inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            use_cache=use_cache,
-            past_key_values=past_key_values,
-        )
+    embed = SLMBaseModel.embed
+    forward = SLMBaseModel.forward
 
 
 class Lfm2SmallForCausalLM(SLMForCausalLM, Lfm2SmallPreTrainedModel):

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import CausalSelfAttention, KVState, ModelCache, RMSNorm, RotaryEmbedding, SwiGLU
 from ...layers.masks import causal_bias
-from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step
+from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel
 from .configuration_lumen import LumenConfig
 from .decode import lumen_decode_plan
 
@@ -46,7 +45,7 @@ class LumenPreTrainedModel(SLMPreTrainedModel):
     _no_split_modules = ["LumenDecoderLayer"]
 
 
-class LumenModel(LumenPreTrainedModel):
+class LumenModel(SLMBaseModel, LumenPreTrainedModel):
     """Embedding, decoder stack and final norm; returns the last hidden states."""
 
     def __init__(self, config: LumenConfig) -> None:
@@ -60,29 +59,14 @@ class LumenModel(LumenPreTrainedModel):
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return ModelCache([KVState() for _ in self.layers])
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        step = prepare_step(
-            self, input_ids, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
-            self.embed_tokens, self.config.max_seq_len, "max_seq_len",
-        )
-        x, cache = step.embeds, step.cache
-        cos, sin = self.rotary_emb(step.position_ids)
-        bias = causal_bias(attention_mask, x.shape[1], step.past + x.shape[1], x.device)
+    def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
+        x = inputs.embeds
+        cos, sin = self.rotary_emb(inputs.position_ids)
+        bias = causal_bias(inputs.attention_mask, inputs.length, inputs.past + inputs.length, x.device)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, bias, cache[i] if cache is not None else None)
-        if cache is not None:
-            cache.seen_tokens += x.shape[1]
-        return BaseModelOutputWithPast(last_hidden_state=self.norm(x), cache=cache if step.use_cache else None)
+            x = layer(x, cos, sin, bias, inputs.state(i))
+            inputs.record(x)
+        return self.norm(x)
 
 
 class LumenForCausalLM(SLMForCausalLM, LumenPreTrainedModel):

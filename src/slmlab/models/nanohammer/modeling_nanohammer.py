@@ -22,10 +22,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import ModelCache, RMSNorm, RotaryEmbedding, SwiGLU
-from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step
+from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel
 from .attention_nanohammer import HammerLayerState, NanoHammerAttention, RunningSum, hammer_bias
 from .configuration_nanohammer import NanoHammerConfig
 from .holographic import ROTATIONS, HolographicRotation, StateTokenProjection, StateUpdateCell, shift_right
@@ -83,7 +82,7 @@ class NanoHammerPreTrainedModel(SLMPreTrainedModel):
             init.constant_(module.step_size, 0.1)
 
 
-class NanoHammerModel(NanoHammerPreTrainedModel):
+class NanoHammerModel(SLMBaseModel, NanoHammerPreTrainedModel):
     """Embedding, holographic integration, decoder stack and final norm; returns the last hidden states."""
 
     def __init__(self, config: NanoHammerConfig) -> None:
@@ -104,41 +103,24 @@ class NanoHammerModel(NanoHammerPreTrainedModel):
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return ModelCache([HammerLayerState() for _ in self.layers], extra={"cumsum": RunningSum()})
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        step = prepare_step(
-            self, input_ids, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
-            self.embed_tokens, self.config.max_position_embeddings,
-        )
-        inputs_embeds, cache, past, position_ids, use_cache = (
-            step.embeds, step.cache, step.past, step.position_ids, step.use_cache
-        )
-        b, t, _ = inputs_embeds.shape
+    def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
+        x, mask, cache = inputs.embeds, inputs.attention_mask, inputs.cache
+        b, t, _ = x.shape
+        position_ids = inputs.position_ids
         if tuple(position_ids.shape) not in ((b, t), (1, t)):
             raise ValueError(f"position_ids must have shape [batch, seq_len] = {(b, t)}, got {tuple(position_ids.shape)}")
         position_ids = position_ids.expand(b, t)
         cos, sin = self.rotary_emb(position_ids)
-        bias = hammer_bias(attention_mask, t, past, self.self_offset, inputs_embeds.device)
+        bias = hammer_bias(mask, t, inputs.past, self.self_offset, x.device)
 
-        rotated = self.holographic_rope.rotate(self.token_to_state(inputs_embeds), position_ids)
-        if attention_mask is not None:
-            rotated = rotated * attention_mask[:, -t:, None].to(rotated.dtype)  # padding never enters the sum
+        rotated = self.holographic_rope.rotate(self.token_to_state(x), position_ids)
+        if mask is not None:
+            rotated = rotated * mask[:, -t:, None].to(rotated.dtype)  # padding never enters the sum
         state = cache.extra["cumsum"].integrate(rotated) if cache is not None else rotated.float().cumsum(1).to(rotated.dtype)
-        x = inputs_embeds
         for i, layer in enumerate(self.layers):
-            x, state = layer(x, state, position_ids, cos, sin, bias, cache[i] if cache is not None else None)
-        if cache is not None:
-            cache.seen_tokens += t
-        return BaseModelOutputWithPast(last_hidden_state=self.norm(x), cache=cache if use_cache else None)
+            x, state = layer(x, state, position_ids, cos, sin, bias, inputs.state(i))
+            inputs.record(x)
+        return self.norm(x)
 
 
 class NanoHammerForCausalLM(SLMForCausalLM, NanoHammerPreTrainedModel):

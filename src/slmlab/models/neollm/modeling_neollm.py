@@ -22,10 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import ModelCache
-from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step, validate_embeds
+from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel, validate_embeds
 from .components import build_mlp, build_readout, build_residual, build_spelling_bee, check_built
 from .components.attention import NeoLLMAttention
 from .configuration_neollm import NeoLLMConfig
@@ -82,7 +81,7 @@ class NeoLLMPreTrainedModel(SLMPreTrainedModel):
             super()._init_weights(module)
 
 
-class NeoLLMModel(NeoLLMPreTrainedModel):
+class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
     """Embedding path, decoder stack and read-out; returns the final hidden state ``h``.
 
     ``spelling_bee`` needs its byte table: ``model.model.spelling_bee.set_byte_table(tokenizer)``.
@@ -147,52 +146,22 @@ class NeoLLMModel(NeoLLMPreTrainedModel):
         self.drop_inference_table()
         return super()._load_from_state_dict(*args, **kwargs)
 
-    # -- forward ---------------------------------------------------------------------------------
-    def _check_inputs_embeds(self, inputs_embeds: torch.Tensor) -> None:
+    # -- layers (the shared frame in SLMBaseModel.forward does the rest) --------------------------
+    def check_inputs_embeds(self, inputs_embeds: torch.Tensor) -> None:
         cfg = self.config
         needs_ids = [f for f in ("use_spelling_bee_embeddings", "use_token_generator", "use_jtokm") if getattr(cfg, f)]
         if needs_ids:
             raise ValueError(f"inputs_embeds cannot be used with {', '.join(f'{f}=True' for f in needs_ids)}: these need token ids")
         validate_embeds(inputs_embeds, cfg.hidden_size)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        if inputs_embeds is not None:
-            self._check_inputs_embeds(inputs_embeds)
-        step = prepare_step(
-            self, input_ids, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
-            self.embed, self.config.max_position_embeddings,
-        )
-        inputs_embeds, cache, position_ids, use_cache = step.embeds, step.cache, step.position_ids, step.use_cache
-        t = inputs_embeds.shape[1]
-        streams = self.readout.start(inputs_embeds)
-        hidden_states = [streams[-1]] if output_hidden_states else None
+    def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
+        streams = self.readout.start(inputs.embeds)
         v0 = None
         for i, layer in enumerate(self.layers):
-            streams, v0_out = layer(streams, position_ids, attention_mask, cache[i] if cache is not None else None, v0)
+            streams, v0_out = layer(streams, inputs.position_ids, inputs.attention_mask, inputs.state(i), v0)
             v0 = v0 if v0_out is None else v0_out  # layer 0's values feed every later layer (R§6)
-            if hidden_states is not None:
-                hidden_states.append(streams[-1])
-        if cache is not None:
-            cache.seen_tokens += t
-        h = self.readout(streams)
-        if hidden_states is not None:
-            hidden_states[-1] = h
-        return BaseModelOutputWithPast(
-            last_hidden_state=h,
-            cache=cache if use_cache else None,
-            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
-        )
+            inputs.record(streams[-1])
+        return self.readout(streams)
 
 
 class NeoLLMForCausalLM(SLMForCausalLM, NeoLLMPreTrainedModel):

@@ -13,10 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import CausalDepthwiseConv1d, ConvState, KVState, ModelCache, TensorState
-from ..base import SLMForCausalLM, SLMPreTrainedModel, prepare_step
+from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel
 from .blocks import IdentityBlock, ParallelGeometricBlock
 from .configuration_pgsm import PGSMConfig
 from .positions import resolve_retrieval_positions
@@ -40,8 +39,10 @@ class PGSMPreTrainedModel(SLMPreTrainedModel):
         super()._init_weights(module)
 
 
-class PGSMModel(PGSMPreTrainedModel):
+class PGSMModel(SLMBaseModel, PGSMPreTrainedModel):
     """Embedding, backbone blocks, optional retriever + post-retrieval block, final LayerNorm."""
+
+    family_inputs = ("retrieval_positions",)
 
     def __init__(self, config: PGSMConfig) -> None:
         super().__init__(config)
@@ -105,66 +106,34 @@ class PGSMModel(PGSMPreTrainedModel):
             positions = torch.full((b, 0), -1, dtype=torch.long, device=device)
         return positions
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        cache: ModelCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        past_key_values: ModelCache | None = None,
-        retrieval_positions: torch.Tensor | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        """Args:
-            input_ids: ``[B, T]`` (or ``inputs_embeds [B, T, D]``).
-            attention_mask: ``[B, past + T]``, 1 = real token (left padding).
-            position_ids: ``[B, T]`` RoPE positions of the retriever (default: counted over real tokens).
-            cache: a :class:`ModelCache` from an earlier call (built here when ``use_cache``).
+    def layer_loop(self, inputs: ForwardInputs, retrieval_positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The backbone blocks, then (when retrieval runs for this call) the retriever and the
+        post-retrieval block, recorded as one more hidden state.
+
+        Args:
             retrieval_positions: ``[B]`` or ``[B, Q]`` column indices (``-1`` pads) where the
                 retriever reads; overrides the config's automatic modes. With a cache they are
                 remembered: each is applied by the call that processes its token, whether the caller
-                passes them once (prefill) or at every step (``generate()``).
+                passes them once (prefill) or at every step (``generate()``). Only a decoding call
+                (a cache passed in, or ``use_cache=True``) may name positions of tokens still to come.
         """
-        # decoding (a cache passed in, or use_cache=True asked for explicitly, as generate() does) may
-        # name positions of tokens still to come; a plain forward (training) must not
-        decoding = cache is not None or past_key_values is not None or use_cache is True
-        step = prepare_step(
-            self, input_ids, inputs_embeds, attention_mask, position_ids, cache, past_key_values, use_cache,
-            self.token_emb, None,
-        )
-        inputs_embeds, cache, past, position_ids, use_cache = (
-            step.embeds, step.cache, step.past, step.position_ids, step.use_cache
-        )
-        b, t, _ = inputs_embeds.shape
-        if past + t > self.config.block_size:
-            raise ValueError(
-                f"Input length {past + t} exceeds config.block_size={self.config.block_size} (cached + new tokens); "
-                "shorten the input or build the model with a larger block_size"
-            )
-        device = inputs_embeds.device
-        key_mask = attention_mask.bool() if attention_mask is not None else None
-        keep = (
-            key_mask[:, -t:, None].to(inputs_embeds.dtype)
-            if key_mask is not None
-            else inputs_embeds.new_ones(b, t, 1)
-        )
-
-        x = inputs_embeds
+        x, cache, past = inputs.embeds, inputs.cache, inputs.past
+        b, t, _ = x.shape
+        key_mask = inputs.attention_mask.bool() if inputs.attention_mask is not None else None
+        keep = key_mask[:, -t:, None].to(x.dtype) if key_mask is not None else x.new_ones(b, t, 1)
         for i, block in enumerate(self.blocks):
-            x = block(x, keep, cache[i] if cache is not None else None)
+            x = block(x, keep, inputs.state(i))
+            inputs.record(x)
 
         positions = self._positions_for_call(
-            retrieval_positions, input_ids, attention_mask, cache, past, b, t, device, decoding
+            retrieval_positions, inputs.input_ids, inputs.attention_mask, cache, past, b, t, x.device, inputs.decoding
         )
         if positions is not None:
             n = len(self.blocks)
-            x = self.retriever(x, positions, position_ids, key_mask, past, cache[n] if cache is not None else None)
-            x = self.post_retrieval_block(x, keep, cache[n + 1] if cache is not None else None)
-        if cache is not None:
-            cache.seen_tokens += t
-        return BaseModelOutputWithPast(last_hidden_state=self.final_norm(x), cache=cache if use_cache else None)
+            x = self.retriever(x, positions, inputs.position_ids, key_mask, past, inputs.state(n))
+            x = self.post_retrieval_block(x, keep, inputs.state(n + 1))
+            inputs.record(x)
+        return self.final_norm(x)
 
 
 class PGSMForCausalLM(SLMForCausalLM, PGSMPreTrainedModel):
