@@ -1,4 +1,4 @@
-"""Decode plans (``slmlab.layers.decode``): the inference-only step of Lumen and LFM2 must equal
+"""Decode plans (``slmlab.generation.plan``): the inference-only step of Lumen and LFM2 must equal
 the model's own decode through its cache, step by step (fp32, 1e-5), and ``generate`` must pick
 the plan only where it applies."""
 
@@ -9,7 +9,7 @@ import torch
 
 from family_tester import ATOL, left_pad
 from slmlab.generation import SamplingConfig, build_plan, compiled_step, generate
-from slmlab.layers.decode import adjacent_pair_order, pair_rows, rope_multipliers, rotate_pairs
+from slmlab.generation.plan import adjacent_pair_order, pair_rows, rope_multipliers, rotate_pairs
 from slmlab.layers.rotary import RotaryEmbedding, apply_rotary
 from slmlab.models.lfm2 import Lfm2SmallConfig, Lfm2SmallForCausalLM
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM

@@ -1,16 +1,21 @@
-"""LFM2Small's decode plan (see :mod:`slmlab.layers.decode`): the one-token step of
+"""LFM2Small's decode plan (see :mod:`slmlab.generation.plan`): the one-token step of
 :class:`~.modeling_lfm2.Lfm2SmallForCausalLM` over pre-arranged weights, fixed K/V buffers for the
 attention layers and ``K-1``-wide windows for the gated short convolutions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from ...layers.decode import (
+from ...generation.plan import (
     DecodePlan,
+    FeedForwardWeights,
+    StackWeights,
     adjacent_pair_order,
     cached_attention,
+    feed_forward,
     kv_buffers_from,
     qkv_columns,
     rotate_pairs,
@@ -19,62 +24,110 @@ from ...layers.decode import (
 from ...layers.cache import ConvState
 
 
-def _linear(x: torch.Tensor, layer: dict, name: str) -> torch.Tensor:
-    y = x @ layer[name]
-    return y + layer[name + "_bias"] if name + "_bias" in layer else y  # biases fixed per model (conv_bias)
+@dataclass(frozen=True)
+class Lfm2AttentionWeights:
+    """GQA with QK-norm, arranged for the decode step.
+
+    Args:
+        qkv: ``[d, (H + 2 H_kv) D]`` q|k|v columns (q, k in adjacent-pair order).
+        qk_norm: ``[H + H_kv, D]`` q/k RMSNorm weights per head, in adjacent-pair order.
+        out_proj: ``[H D, d]`` output projection, transposed.
+    """
+
+    qkv: torch.Tensor
+    qk_norm: torch.Tensor
+    out_proj: torch.Tensor
 
 
-def gated_conv_step(h: torch.Tensor, layer: dict, window: torch.Tensor) -> torch.Tensor:
+@dataclass(frozen=True)
+class Lfm2ConvWeights:
+    """The gated short convolution ``out_proj(C ⊙ conv_K(B ⊙ x))``, arranged for the decode step.
+
+    Args:
+        in_proj: ``[d, 3 d]`` (B | C | x), transposed.
+        conv: ``[d, K]`` depthwise kernel.
+        out_proj: ``[d, d]``, transposed.
+        in_proj_bias, conv_bias, out_proj_bias: ``[3 d]``, ``[d]``, ``[d]``, or None
+            (``conv_bias=False``).
+    """
+
+    in_proj: torch.Tensor
+    conv: torch.Tensor
+    out_proj: torch.Tensor
+    in_proj_bias: torch.Tensor | None = None
+    conv_bias: torch.Tensor | None = None
+    out_proj_bias: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Lfm2LayerWeights:
+    """One LFM2 block: ``operator_norm``, its mixer (attention or conv, fixed by ``layer_order``),
+    and the SwiGLU feed-forward (``ffn_norm``, ``w1|w3``, ``w2``)."""
+
+    operator_norm: torch.Tensor
+    mixer: Lfm2AttentionWeights | Lfm2ConvWeights
+    feed_forward: FeedForwardWeights
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    y = x @ weight
+    return y if bias is None else y + bias  # biases fixed per model (conv_bias)
+
+
+def gated_conv_step(h: torch.Tensor, conv: Lfm2ConvWeights, window: torch.Tensor) -> torch.Tensor:
     """``out_proj(C ⊙ conv_K(B ⊙ x))`` for one token ``h [B, 1, d]``; slides ``window [B, d, K-1]``."""
-    b_gate, c_gate, u = _linear(h, layer, "in_proj").chunk(3, dim=-1)
+    b_gate, c_gate, u = _linear(h, conv.in_proj, conv.in_proj_bias).chunk(3, dim=-1)
     full = torch.cat((window, (b_gate * u).transpose(1, 2)), dim=-1)  # [B, d, K]
-    y = (full * layer["conv"]).sum(-1)[:, None]  # [B, 1, d]
-    if "conv_bias" in layer:
-        y = y + layer["conv_bias"]
+    y = (full * conv.conv).sum(-1)[:, None]  # [B, 1, d]
+    if conv.conv_bias is not None:
+        y = y + conv.conv_bias
     window.copy_(full[..., 1:])
-    return _linear(c_gate * y, layer, "out_proj")
+    return _linear(c_gate * y, conv.out_proj, conv.out_proj_bias)
 
 
-def lfm2_step(weights: dict, states: list, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+def lfm2_step(weights: StackWeights, states: list, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     """``tokens [B, 1]`` at ``position [1]`` -> logits ``[B, V]``; updates ``states`` in place."""
-    eps, d, head_dim, qk_width = weights["eps"], weights["hidden"], weights["head_dim"], weights["qk_width"]
+    eps, d, head_dim, qk_width = weights.eps, weights.hidden, weights.head_dim, weights.qk_width
     b = tokens.shape[0]
-    x = F.embedding(tokens, weights["embed"])
-    turn = weights["rope"].index_select(0, position)
-    allowed = weights["slots"] <= position
-    for layer, state in zip(weights["layers"], states):
-        h = F.rms_norm(x, (d,), layer["operator_norm"], eps)
-        if "qkv" in layer:  # which mixer a layer has is fixed by config.layer_order
-            qkv = h @ layer["qkv"]
-            qk = F.rms_norm(qkv[..., :qk_width].view(b, -1, head_dim), (head_dim,), None, eps) * layer["qk_norm"]
-            q, k = rotate_pairs(qk.view(b, 1, qk_width), turn).split(weights["split"], dim=-1)
-            x = x + cached_attention(q, k, qkv[..., qk_width:], state, position, allowed) @ layer["out_proj"]
+    x = F.embedding(tokens, weights.embed)
+    turn = weights.rope.index_select(0, position)
+    allowed = weights.slots <= position
+    layer: Lfm2LayerWeights
+    for layer, state in zip(weights.layers, states):
+        h = F.rms_norm(x, (d,), layer.operator_norm, eps)
+        mixer = layer.mixer
+        if isinstance(mixer, Lfm2AttentionWeights):  # which mixer a layer has is fixed by config.layer_order
+            qkv = h @ mixer.qkv
+            qk = F.rms_norm(qkv[..., :qk_width].view(b, -1, head_dim), (head_dim,), None, eps) * mixer.qk_norm
+            q, k = rotate_pairs(qk.view(b, 1, qk_width), turn).split(weights.split, dim=-1)
+            x = x + cached_attention(q, k, qkv[..., qk_width:], state, position, allowed) @ mixer.out_proj
         else:
-            x = x + gated_conv_step(h, layer, state[0])
-        gate, up = (F.rms_norm(x, (d,), layer["ffn_norm"], eps) @ layer["w13"]).chunk(2, dim=-1)
-        x = x + (F.silu(gate) * up) @ layer["w2"]
-    return F.rms_norm(x[:, -1], (d,), weights["norm"], eps) @ weights["head"]
+            x = x + gated_conv_step(h, mixer, state[0])
+        x = feed_forward(x, layer.feed_forward, eps)
+    return F.rms_norm(x[:, -1], (d,), weights.norm, eps) @ weights.head
 
 
-def _attention_weights(attn, heads: int, kv_heads: int, head_dim: int) -> dict:
+def _attention_weights(attn, heads: int, kv_heads: int, head_dim: int) -> Lfm2AttentionWeights:
     order = adjacent_pair_order(head_dim).to(attn.q_proj.weight.device)
-    qkv = qkv_columns(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, heads, kv_heads, head_dim)
     qk_norm = torch.cat(
         (attn.q_layernorm.weight[order].expand(heads, head_dim), attn.k_layernorm.weight[order].expand(kv_heads, head_dim))
     )
-    return {"qkv": qkv, "qk_norm": qk_norm.contiguous(), "out_proj": attn.out_proj.weight.t().contiguous()}
+    return Lfm2AttentionWeights(
+        qkv=qkv_columns(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, heads, kv_heads, head_dim),
+        qk_norm=qk_norm.contiguous(),
+        out_proj=attn.out_proj.weight.t().contiguous(),
+    )
 
 
-def _conv_weights(conv) -> dict:
-    out = {
-        "in_proj": conv.in_proj.weight.t().contiguous(),
-        "conv": conv.conv.weight[:, 0].contiguous(),  # [d, K]
-        "out_proj": conv.out_proj.weight.t().contiguous(),
-    }
-    for name, bias in (("in_proj_bias", conv.in_proj.bias), ("conv_bias", conv.conv.bias), ("out_proj_bias", conv.out_proj.bias)):
-        if bias is not None:
-            out[name] = bias
-    return out
+def _conv_weights(conv) -> Lfm2ConvWeights:
+    return Lfm2ConvWeights(
+        in_proj=conv.in_proj.weight.t().contiguous(),
+        conv=conv.conv.weight[:, 0].contiguous(),  # [d, K]
+        out_proj=conv.out_proj.weight.t().contiguous(),
+        in_proj_bias=conv.in_proj.bias,
+        conv_bias=conv.conv.bias,
+        out_proj_bias=conv.out_proj.bias,
+    )
 
 
 @torch.no_grad()
@@ -84,16 +137,14 @@ def lfm2_decode_plan(model, capacity: int) -> DecodePlan:
     heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     layers = []
     for block in inner.layers:
-        mixer = _attention_weights(block.self_attn, heads, kv_heads, head_dim) if hasattr(block, "self_attn") else _conv_weights(block.conv)
         ff = block.feed_forward
+        mixer = _attention_weights(block.self_attn, heads, kv_heads, head_dim) if hasattr(block, "self_attn") else _conv_weights(block.conv)
         layers.append(
-            {
-                "operator_norm": block.operator_norm.weight,
-                "ffn_norm": block.ffn_norm.weight,
-                "w13": torch.cat((ff.w1.weight, ff.w3.weight)).t().contiguous(),
-                "w2": ff.w2.weight.t().contiguous(),
-                **mixer,
-            }
+            Lfm2LayerWeights(
+                operator_norm=block.operator_norm.weight,
+                mixer=mixer,
+                feed_forward=FeedForwardWeights.from_linears(block.ffn_norm.weight, ff.w1.weight, ff.w3.weight, ff.w2.weight),
+            )
         )
     weights = stack_weights(
         model, inner.embedding_norm.weight, config.rms_norm_eps, heads, kv_heads, head_dim, config.rope_theta, capacity, layers
@@ -105,4 +156,3 @@ def lfm2_decode_plan(model, capacity: int) -> DecodePlan:
         return [(s.window.clone(),) if isinstance(s, ConvState) else kv_buffers_from(s, capacity, key_order) for s in cache]
 
     return DecodePlan(weights, lfm2_step, load_cache, capacity)
-

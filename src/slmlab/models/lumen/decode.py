@@ -1,29 +1,59 @@
-"""SAGE-Lumen's decode plan (see :mod:`slmlab.layers.decode`): the one-token step of
+"""SAGE-Lumen's decode plan (see :mod:`slmlab.generation.plan`): the one-token step of
 :class:`~.modeling_lumen.LumenForCausalLM` over pre-arranged weights and fixed K/V buffers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from ...layers.decode import DecodePlan, adjacent_pair_order, cached_attention, kv_buffers_from, qkv_columns, rotate_pairs, stack_weights
+from ...generation.plan import (
+    DecodePlan,
+    FeedForwardWeights,
+    StackWeights,
+    adjacent_pair_order,
+    cached_attention,
+    feed_forward,
+    kv_buffers_from,
+    qkv_columns,
+    rotate_pairs,
+    stack_weights,
+)
 
 
-def lumen_step(weights: dict, states: list, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+@dataclass(frozen=True)
+class LumenLayerWeights:
+    """One Lumen block, arranged for the decode step.
+
+    Args:
+        norm1: ``[d]`` input RMSNorm weight.
+        qkv: ``[d, (H + 2 H_kv) D]`` q|k|v columns (q, k in adjacent-pair order).
+        o: ``[H D, d]`` output projection, transposed.
+        mlp: the SwiGLU feed-forward, or None for attention-only blocks (``intermediate_dim=0``).
+    """
+
+    norm1: torch.Tensor
+    qkv: torch.Tensor
+    o: torch.Tensor
+    mlp: FeedForwardWeights | None
+
+
+def lumen_step(weights: StackWeights, states: list, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     """``tokens [B, 1]`` at ``position [1]`` -> logits ``[B, V]``; writes K/V into ``states``."""
-    eps, d, qk_width = weights["eps"], weights["hidden"], weights["qk_width"]
-    x = F.embedding(tokens, weights["embed"])  # [B, 1, d]
-    turn = weights["rope"].index_select(0, position)
-    allowed = weights["slots"] <= position
-    for layer, buffers in zip(weights["layers"], states):
-        qkv = F.rms_norm(x, (d,), layer["norm1"], eps) @ layer["qkv"]
+    eps, d, qk_width = weights.eps, weights.hidden, weights.qk_width
+    x = F.embedding(tokens, weights.embed)  # [B, 1, d]
+    turn = weights.rope.index_select(0, position)
+    allowed = weights.slots <= position
+    layer: LumenLayerWeights
+    for layer, buffers in zip(weights.layers, states):
+        qkv = F.rms_norm(x, (d,), layer.norm1, eps) @ layer.qkv
         qk = rotate_pairs(qkv[..., :qk_width], turn)
-        q, k = qk.split(weights["split"], dim=-1)
-        x = x + cached_attention(q, k, qkv[..., qk_width:], buffers, position, allowed) @ layer["o"]
-        if "gate_up" in layer:  # fixed per model: attention-only blocks have none
-            gate, up = (F.rms_norm(x, (d,), layer["norm2"], eps) @ layer["gate_up"]).chunk(2, dim=-1)
-            x = x + (F.silu(gate) * up) @ layer["down"]
-    return F.rms_norm(x[:, -1], (d,), weights["norm"], eps) @ weights["head"]
+        q, k = qk.split(weights.split, dim=-1)
+        x = x + cached_attention(q, k, qkv[..., qk_width:], buffers, position, allowed) @ layer.o
+        if layer.mlp is not None:  # fixed per model: attention-only blocks have none
+            x = feed_forward(x, layer.mlp, eps)
+    return F.rms_norm(x[:, -1], (d,), weights.norm, eps) @ weights.head
 
 
 @torch.no_grad()
@@ -33,19 +63,17 @@ def lumen_decode_plan(model, capacity: int) -> DecodePlan:
     heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
     layers = []
     for block in inner.layers:
-        attn = block.self_attn
-        layer = {
-            "norm1": block.input_layernorm.weight,
-            "qkv": qkv_columns(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, heads, kv_heads, head_dim),
-            "o": attn.o_proj.weight.t().contiguous(),
-        }
-        if block.mlp is not None:
-            layer.update(
-                norm2=block.post_attention_layernorm.weight,
-                gate_up=torch.cat((block.mlp.gate_proj.weight, block.mlp.up_proj.weight)).t().contiguous(),
-                down=block.mlp.down_proj.weight.t().contiguous(),
+        attn, mlp = block.self_attn, block.mlp
+        layers.append(
+            LumenLayerWeights(
+                norm1=block.input_layernorm.weight,
+                qkv=qkv_columns(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, heads, kv_heads, head_dim),
+                o=attn.o_proj.weight.t().contiguous(),
+                mlp=None if mlp is None else FeedForwardWeights.from_linears(
+                    block.post_attention_layernorm.weight, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
+                ),
             )
-        layers.append(layer)
+        )
     weights = stack_weights(model, inner.norm.weight, config.rms_norm_eps, heads, kv_heads, head_dim, config.rope_theta, capacity, layers)
     key_order = adjacent_pair_order(head_dim)
     return DecodePlan(weights, lumen_step, lambda cache: [kv_buffers_from(s, capacity, key_order) for s in cache], capacity)

@@ -5,21 +5,27 @@ stopping-criteria objects, no per-step re-slicing of the whole prompt: per step 
 of one token plus a sampling step on the last logits. ``transformers``' ``generate()`` works too;
 this loop is the fast path the CLI uses.
 
-Families with a decode plan (:mod:`slmlab.layers.decode`; Lumen and LFM2) decode through it when
+Families with a decode plan (:mod:`slmlab.generation.plan`; Lumen and LFM2) decode through it when
 the batch has no padding and no family inputs: the model's forward runs the prompt, the plan runs
 each new token. ``compile=True`` also compiles the plan's step with ``torch.compile`` (one compile
-per shape per process, about 5-15 s on a CPU; worth it for long generations).
+per shape per process, about 5-15 s on a CPU; worth it for long generations). The path that ran is
+the returned tensor's ``decode_path`` and one ``DEBUG`` line of the ``slmlab.generation`` logger.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 
-from .layers.decode import DecodePlan
-from .layers.fused import frozen_weights
+from ..layers.fused import frozen_weights
+from .plan import DecodePlan
+
+logger = logging.getLogger("slmlab.generation")
+
+PLAN, COMPILED_PLAN, MODEL_FORWARD = "plan", "compiled plan", "model forward"
 
 _COMPILED: dict = {}
 
@@ -45,6 +51,18 @@ class SamplingConfig:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+class GeneratedTokens(torch.Tensor):
+    """The ``[B, T + n]`` tensor :func:`generate` returns, which also says how it was decoded.
+
+    It is an ordinary tensor everywhere (indexing, ``tolist``, ``torch.equal``; operations on it
+    return plain tensors); ``decode_path`` is ``"plan"``, ``"compiled plan"`` or ``"model forward"``,
+    or None when nothing was decoded (``max_new_tokens=0``).
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # ops return plain tensors
+    decode_path: str | None = None
 
 
 def sample_next(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -80,7 +98,7 @@ def generate(
     step_kwargs: Callable[[int], dict] | None = None,
     use_plan: bool = True,
     compile: bool = False,
-) -> torch.Tensor:
+) -> GeneratedTokens:
     """Generate up to ``max_new_tokens`` after ``input_ids [B, T]``.
 
     Args:
@@ -96,7 +114,9 @@ def generate(
             (no padding, no family inputs); False always steps through ``model.forward``.
         compile: compile the plan's step with ``torch.compile`` (ignored without a plan).
     Returns:
-        ``[B, T + n]`` prompt followed by the generated tokens.
+        ``[B, T + n]`` prompt followed by the generated tokens, a :class:`GeneratedTokens` whose
+        ``decode_path`` says which step ran: ``"plan"``, ``"compiled plan"`` or ``"model forward"``
+        (also logged at ``DEBUG`` by the ``slmlab.generation`` logger).
     """
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -104,14 +124,20 @@ def generate(
     stop = torch.tensor(sorted(set(int(s) for s in stop_tokens)), dtype=torch.long, device=input_ids.device)
     tokens = [input_ids]
     if max_new_tokens == 0:
-        return input_ids
+        return _result(input_ids, None)
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **(model_kwargs or {}))
     logits = out.logits[:, -1]
-    advance = None
-    if use_plan and not model_kwargs and step_kwargs is None and (attention_mask is None or bool(attention_mask.all())):
+    advance, path, reason = None, MODEL_FORWARD, plan_refusal(use_plan, attention_mask, model_kwargs, step_kwargs)
+    if reason is None:
         advance = plan_decoder(model, out.cache, input_ids.shape[1], max_new_tokens, compile)
+        if advance is None:
+            reason = "the model has no decode plan for this call (family, half precision or length)"
+        else:
+            path = COMPILED_PLAN if compile else PLAN
     if advance is None:
         advance = forward_decoder(model, out.cache, attention_mask, step_kwargs)
+    logger.debug("generate: %d new tokens, batch %d, through the %s%s", max_new_tokens, input_ids.shape[0], path,
+                 f" ({reason})" if reason else "")
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     for step in range(max_new_tokens):
         nxt = sample_next(logits, sampling, generator)
@@ -124,7 +150,25 @@ def generate(
         if step == max_new_tokens - 1 or (stop.numel() and bool(done.all())):
             break
         logits = advance(nxt[:, None], step)
-    return torch.cat(tokens, dim=1)
+    return _result(torch.cat(tokens, dim=1), path)
+
+
+def _result(tokens: torch.Tensor, path: str | None) -> GeneratedTokens:
+    out = tokens.as_subclass(GeneratedTokens)
+    out.decode_path = path
+    return out
+
+
+def plan_refusal(use_plan: bool, attention_mask: torch.Tensor | None, model_kwargs: dict | None,
+                 step_kwargs: Callable[[int], dict] | None) -> str | None:
+    """Why this call must step through ``model.forward`` rather than a decode plan, or None."""
+    if not use_plan:
+        return "use_plan=False"
+    if model_kwargs or step_kwargs is not None:
+        return "family inputs"
+    if attention_mask is not None and not bool(attention_mask.all()):
+        return "padded batch"
+    return None
 
 
 Decoder = Callable[[torch.Tensor, int], torch.Tensor]  # (tokens [B, 1], step) -> next logits [B, V]

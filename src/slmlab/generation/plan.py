@@ -7,29 +7,85 @@ one-token step, built from the model's current weights for one generation:
 * weights are pre-arranged once (q|k|v and gate|up concatenated and transposed; each head's q/k
   rows reordered so that RoPE's rotate-half pairs ``(j, j + D/2)`` sit side by side, which turns
   RoPE into one complex multiply; attention scores are unchanged because q and k get the same
-  order);
+  order), and held in frozen dataclasses: :class:`StackWeights` for the stack, one per-family
+  dataclass per layer (``LumenLayerWeights``, ``Lfm2LayerWeights``), so a misspelt field raises
+  instead of silently skipping a sublayer;
 * states live in buffers of fixed size (K/V for ``capacity`` positions, conv windows), written in
   place (``index_copy_``, ``copy_``); attention reads the whole buffer under a position mask, so
   every step has the same shapes and ``torch.compile`` compiles it once;
 * the step is a pure function of ``(weights, states, tokens, position)``.
 
-The model's own forward runs the prefill; :meth:`DecodePlan.load_cache` copies its
-:class:`~slmlab.layers.cache.ModelCache` into the buffers. Tests check plan steps against the
-model's own decode (fp32, 1e-5) for every family that has a plan.
+The model's own forward runs the prefill; :meth:`DecodePlan.start` copies its
+:class:`~slmlab.layers.cache.ModelCache` into the buffers. Each family's step function and plan
+builder live beside its model (``models/<family>/decode.py``); this module holds what they share.
+Tests check plan steps against the model's own decode (fp32, 1e-5) for every family that has a plan.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .cache import KVState, ModelCache
-from .rotary import RotaryEmbedding
+from ..layers.cache import KVState, ModelCache
+from ..layers.rotary import RotaryEmbedding
 
-StepFn = Callable[[dict, list, torch.Tensor, torch.Tensor], torch.Tensor]
+
+@dataclass(frozen=True)
+class FeedForwardWeights:
+    """A pre-norm SwiGLU feed-forward: ``x + down(silu(gate) * up)`` of ``rms_norm(x) * norm``.
+
+    Args:
+        norm: ``[d]`` RMSNorm weight.
+        gate_up: ``[d, 2 F]`` gate and up projections, concatenated and transposed.
+        down: ``[F, d]`` down projection, transposed.
+    """
+
+    norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+    @classmethod
+    def from_linears(cls, norm: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> FeedForwardWeights:
+        """From the ``[F, d]`` gate/up and ``[d, F]`` down weights of ``nn.Linear`` layers."""
+        return cls(norm, torch.cat((gate, up)).t().contiguous(), down.t().contiguous())
+
+
+@dataclass(frozen=True)
+class StackWeights:
+    """The entries every attention decode step reads besides its layers.
+
+    Args:
+        eps: RMSNorm epsilon.
+        hidden: model width ``d``.
+        head_dim: ``D``.
+        qk_width: ``(H + H_kv) D``, the q|k columns of a fused q|k|v projection.
+        split: ``(H D, H_kv D)``, to split q|k into q and k.
+        embed: ``[V, d]`` embedding table.
+        head: ``[d, V]`` LM head, transposed.
+        norm: ``[d]`` final norm weight.
+        rope: complex ``[capacity, (H + H_kv) D / 2]`` RoPE factors for q|k in adjacent-pair order.
+        slots: ``[1, 1, 1, capacity]`` slot indices (``slots <= position`` marks the filled ones).
+        layers: one per-family layer dataclass per decoder layer.
+    """
+
+    eps: float
+    hidden: int
+    head_dim: int
+    qk_width: int
+    split: tuple[int, int]
+    embed: torch.Tensor
+    head: torch.Tensor
+    norm: torch.Tensor
+    rope: torch.Tensor
+    slots: torch.Tensor
+    layers: tuple[Any, ...]
+
+
+StepFn = Callable[[StackWeights, list, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def adjacent_pair_order(head_dim: int) -> torch.Tensor:
@@ -100,6 +156,12 @@ def cached_attention(
     return out.view(b, 1, heads * head_dim)  # one query: [B, H, 1, D] is laid out as [B, 1, H * D]
 
 
+def feed_forward(x: torch.Tensor, ff: FeedForwardWeights, eps: float) -> torch.Tensor:
+    """``x + down(silu(gate) * up)`` over ``rms_norm(x)``, for ``x [B, 1, d]``."""
+    gate, up = (F.rms_norm(x, (x.shape[-1],), ff.norm, eps) @ ff.gate_up).chunk(2, dim=-1)
+    return x + (F.silu(gate) * up) @ ff.down
+
+
 def kv_buffers_from(state: KVState, capacity: int, key_order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(keys, values)`` buffers ``[B, H_kv, capacity, D]`` holding a prefilled :class:`KVState`,
     the keys' channels reordered by ``key_order``."""
@@ -124,23 +186,23 @@ def qkv_columns(q_weight: torch.Tensor, k_weight: torch.Tensor, v_weight: torch.
 
 
 def stack_weights(model, final_norm: torch.Tensor, eps: float, heads: int, kv_heads: int, head_dim: int,
-                  rope_theta: float, capacity: int, layers: list[dict]) -> dict:
-    """The entries every attention decode step reads besides its layers: embedding table, transposed
-    LM head, final norm, RoPE factors for ``q | k``, the slot indices, and the shapes."""
+                  rope_theta: float, capacity: int, layers: list) -> StackWeights:
+    """The :class:`StackWeights` of ``model``: embedding table, transposed LM head, final norm, RoPE
+    factors for ``q | k``, the slot indices and the shapes, around the family's ``layers``."""
     table = model.get_input_embeddings().weight
-    return {
-        "eps": eps,
-        "hidden": table.shape[1],
-        "head_dim": head_dim,
-        "qk_width": (heads + kv_heads) * head_dim,
-        "split": (heads * head_dim, kv_heads * head_dim),
-        "embed": table,
-        "head": model.get_output_embeddings().weight.t().contiguous(),
-        "norm": final_norm,
-        "rope": rope_multipliers(capacity, head_dim, rope_theta, heads + kv_heads, table.device),
-        "slots": position_mask(capacity, table.device),
-        "layers": layers,
-    }
+    return StackWeights(
+        eps=eps,
+        hidden=table.shape[1],
+        head_dim=head_dim,
+        qk_width=(heads + kv_heads) * head_dim,
+        split=(heads * head_dim, kv_heads * head_dim),
+        embed=table,
+        head=model.get_output_embeddings().weight.t().contiguous(),
+        norm=final_norm,
+        rope=rope_multipliers(capacity, head_dim, rope_theta, heads + kv_heads, table.device),
+        slots=position_mask(capacity, table.device),
+        layers=tuple(layers),
+    )
 
 
 @dataclass
@@ -149,15 +211,15 @@ class DecodePlan:
 
     Args:
         weights: the pre-arranged tensors the step reads (never written).
-        states: per layer, a tuple of fixed-size buffers the step updates in place (filled by
-            :meth:`start` from the model's prefilled cache).
         step_fn: ``step_fn(weights, states, tokens [B, 1], position [1]) -> logits [B, V]``; pure,
             so ``torch.compile`` can compile it once for every plan of the same shapes.
         load_cache: ``load_cache(cache) -> states``: the buffers holding a prefilled model cache.
         capacity: positions the buffers hold.
+        states: per layer, a tuple of fixed-size buffers the step updates in place (filled by
+            :meth:`start` from the model's prefilled cache).
     """
 
-    weights: dict
+    weights: StackWeights
     step_fn: StepFn
     load_cache: Callable[[ModelCache], list]
     capacity: int
@@ -165,7 +227,7 @@ class DecodePlan:
 
     @property
     def device(self) -> torch.device:
-        return self.weights["embed"].device
+        return self.weights.embed.device
 
     def start(self, cache: ModelCache) -> None:
         """Take over a prefilled cache (the model's own forward ran the prompt)."""
