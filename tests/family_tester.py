@@ -141,6 +141,29 @@ class FamilyTester:
         sampled = model.generate(ids, max_new_tokens=4, do_sample=True, top_k=5, min_new_tokens=4)
         assert sampled.shape == (1, 10)
 
+    def num_hidden_states(self, model) -> int:
+        """Entries of ``output_hidden_states``: the embeddings plus one per layer."""
+        return model.config.num_hidden_layers + 1
+
+    def test_output_hidden_states(self):
+        model = self.make_model()
+        ids = self.random_ids(model)
+        kw = self.forward_kwargs(ids)
+        out = model(input_ids=ids, output_hidden_states=True, **kw)
+        states = out.hidden_states
+        assert isinstance(states, tuple) and len(states) == self.num_hidden_states(model)
+        assert all(h.shape == (*ids.shape, model.config.hidden_size) for h in states)
+        torch.testing.assert_close(states[0], model.model.embed(ids), atol=0, rtol=0)
+        torch.testing.assert_close(states[-1], model.model(input_ids=ids, **kw).last_hidden_state, atol=ATOL, rtol=0)
+        torch.testing.assert_close(model.lm_head(states[-1]), out.logits, atol=ATOL, rtol=0)
+        assert model(input_ids=ids, **kw).hidden_states is None
+        # decoding: a step's hidden states are the full forward's at that position, layer by layer
+        cut = self.seq_len - 1
+        first = model(input_ids=ids[:, :cut], use_cache=True, **kw)
+        step = model(input_ids=ids[:, cut:], cache=first.cache, use_cache=True, output_hidden_states=True)
+        for got, ref in zip(step.hidden_states, states, strict=True):
+            torch.testing.assert_close(got, ref[:, cut:], atol=ATOL, rtol=0)
+
     def test_bad_token_id_raises(self):
         model = self.make_model()
         ids = self.random_ids(model)

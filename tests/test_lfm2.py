@@ -59,6 +59,18 @@ def test_parity_with_transformers_lfm2(order, kernel, kv_heads, conv_bias):
     assert (got - ref).abs().max() <= ATOL
 
 
+def test_hidden_states_match_transformers_lfm2():
+    hf = hf_twin(layer_order=["conv", "attn", "conv", "attn"], conv_kernel_size=3)
+    ours = from_transformers(hf).eval()
+    ids = torch.randint(0, 97, (2, 13))
+    with torch.no_grad():
+        ref = hf(input_ids=ids, output_hidden_states=True).hidden_states
+        got = ours(input_ids=ids, output_hidden_states=True).hidden_states
+    assert len(got) == len(ref) == 5
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
 def test_parity_with_transformers_left_padded():
     hf = hf_twin(layer_order=["conv", "attn", "conv", "attn"], conv_kernel_size=3)
     ours = from_transformers(hf).eval()

@@ -75,6 +75,21 @@ def test_parity_with_transformers_llama(kv_heads, padded):
     assert (got[real] - ref[real]).abs().max() <= ATOL
 
 
+def test_hidden_states_match_transformers_llama():
+    cfg = LumenConfig(vocab_size=101, hidden_dim=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_dim=96)
+    torch.manual_seed(0)
+    llama = llama_twin(cfg)
+    ours = LumenForCausalLM(cfg).eval()
+    ours.load_state_dict(llama.state_dict(), strict=True)
+    ids = torch.randint(0, 101, (2, 11))
+    with torch.no_grad():
+        ref = llama(input_ids=ids, output_hidden_states=True).hidden_states
+        got = ours(input_ids=ids, output_hidden_states=True).hidden_states
+    assert len(got) == len(ref) == cfg.num_layers + 1
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
 def seed_reference_logits(sd: dict, cfg: LumenConfig, ids: torch.Tensor) -> torch.Tensor:
     """The seed's maths written out independently: pre-norm MQA/GQA + RoPE + SwiGLU, tied head."""
 

@@ -39,6 +39,9 @@ class TestPGSMFamily(FamilyTester):
     def forward_kwargs(self, ids):
         return {"retrieval_positions": two_positions(ids)}
 
+    def num_hidden_states(self, model):
+        return model.config.layers + 2  # embeddings, each block, then retriever + post-retrieval block
+
 
 def make(**overrides) -> PGSMForCausalLM:
     torch.manual_seed(0)
