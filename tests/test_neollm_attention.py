@@ -23,6 +23,7 @@ from slmlab.models.neollm.components.attention import (
     fwht,
     hadamard_matrix,
 )
+from slmlab.models.neollm.components import ForwardContext, ResidualState
 from slmlab.models.neollm.configuration_neollm import NeoLLMConfig
 
 ATOL = 1e-5
@@ -32,6 +33,12 @@ TINY = dict(
     num_key_value_heads=2, head_dim=16, iha_local_global_pattern="LG", repo_start_layer=1, iha_sliding_window=4,
     attention_dropout=0.0,
 )
+
+
+def run(block, x, pos, mask=None, state=None, v0=None):
+    """One block call with a fresh context and residual state -> (o, the state's v0 afterwards)."""
+    carry = ResidualState(streams=(), v0=v0)
+    return block(x, ForwardContext(pos, mask), state, carry), carry.v0
 
 
 def tiny(**kw) -> NeoLLMConfig:
@@ -136,7 +143,7 @@ def test_block_matches_eager_reference(layer, extra):
     a = perturbed(cfg, layer)
     x, pos, mask = padded_batch()
     with torch.no_grad():
-        got, v0 = a(x, pos, mask)
+        got, v0 = run(a, x, pos, mask)
         ref = reference_block(a, cfg, x, pos, mask, 4 if a.kind == "local" else None)
     assert v0 is None and got.shape == x.shape
     real = mask.bool()
@@ -146,7 +153,7 @@ def test_block_matches_eager_reference(layer, extra):
 def decode(a, x, pos, mask, chunks):
     st, outs, s = a.new_state(), [], 0
     for n in chunks:
-        o, _ = a(x[:, s : s + n], pos[:, s : s + n], mask[:, : s + n], st)
+        o, _ = run(a, x[:, s : s + n], pos[:, s : s + n], mask[:, : s + n], st)
         outs.append(o)
         s += n
     return torch.cat(outs, 1), st
@@ -160,7 +167,7 @@ def test_decode_equals_prefill(layer, chunks, pseudo):
     a = perturbed(cfg, layer)
     x, pos, mask = padded_batch()
     with torch.no_grad():
-        full, _ = a(x, pos, mask)
+        full, _ = run(a, x, pos, mask)
         step, _ = decode(a, x, pos, mask, chunks)
     real = mask.bool()
     assert (full - step)[real].abs().max() <= ATOL
@@ -172,7 +179,7 @@ def test_decode_with_global_iha_layers():
     assert a.kind == "global" and a.pseudo_heads == 2
     x, pos, mask = padded_batch()
     with torch.no_grad():
-        full, _ = a(x, pos, mask)
+        full, _ = run(a, x, pos, mask)
         ref = reference_block(a, cfg, x, pos, mask, None)
         step, _ = decode(a, x, pos, mask, [4] + [1] * 7)
     real = mask.bool()
@@ -187,8 +194,8 @@ def test_auto_window_is_frozen_by_the_first_cached_call(prefill):
         step, st = decode(a, x, pos, mask, [prefill] + [1] * 6)
         assert st.window == max(1, prefill // 8)
         fixed = perturbed(tiny(iha_sliding_window=st.window), 0)
-        full, _ = fixed(x, pos, mask)
-        auto_full, _ = a(x, pos, mask)  # resolves max(1, T // 8) from the whole length instead
+        full, _ = run(fixed, x, pos, mask)
+        auto_full, _ = run(a, x, pos, mask)  # resolves max(1, T // 8) from the whole length instead
     real = mask.bool()
     assert (full - step)[real].abs().max() <= ATOL
     if max(1, (prefill + 6) // 8) != st.window:
@@ -203,8 +210,8 @@ def test_causality(layer):
         x2 = x.clone()
         x2[:, t] += torch.randn(x.shape[-1])
         with torch.no_grad():
-            o1, _ = a(x, pos, None)
-            o2, _ = a(x2, pos, None)
+            o1, _ = run(a, x, pos, None)
+            o2, _ = run(a, x2, pos, None)
         assert torch.equal(o1[:, :t], o2[:, :t]) or (o1[:, :t] - o2[:, :t]).abs().max() <= ATOL
         assert (o1[:, t:] - o2[:, t:]).abs().max() > 1e-4  # (XSA zeroes a lone first token's output)
 
@@ -214,8 +221,8 @@ def test_left_padded_row_equals_row_alone(layer):
     a = perturbed(tiny(), layer)
     x, pos, mask = padded_batch(pad=4)
     with torch.no_grad():
-        batch, _ = a(x, pos, mask)
-        alone, _ = a(x[1:, 4:], pos[1:, 4:], None)
+        batch, _ = run(a, x, pos, mask)
+        alone, _ = run(a, x[1:, 4:], pos[1:, 4:], None)
     assert (batch[1:, 4:] - alone).abs().max() <= ATOL
 
 
@@ -224,7 +231,7 @@ def test_gradient_reaches_every_parameter():
         a = perturbed(tiny(attention_dropout=0.1), layer).train()
         x, pos, mask = padded_batch()
         x.requires_grad_(True)
-        o, _ = a(x, pos, mask)
+        o, _ = run(a, x, pos, mask)
         o[mask.bool()].pow(2).sum().backward()
         for name, p in a.named_parameters():
             assert p.grad is not None and p.grad.abs().sum() > 0, (layer, name)
@@ -235,10 +242,10 @@ def test_attention_dropout_only_in_training():
     a = perturbed(tiny(attention_dropout=0.5), 0)
     x, pos, _ = padded_batch(pad=0)
     with torch.no_grad():
-        e1, e2 = a(x, pos, None)[0], a(x, pos, None)[0]
+        e1, e2 = run(a, x, pos, None)[0], run(a, x, pos, None)[0]
         a.train()
         torch.manual_seed(3)
-        t1 = a(x, pos, None)[0]
+        t1 = run(a, x, pos, None)[0]
     assert torch.equal(e1, e2) and (t1 - e1).abs().max() > 1e-3
 
 
@@ -258,7 +265,7 @@ def test_iha_at_init_equals_plain_attention():
     assert copy_shared(iha, plain) == set()
     x, pos, mask = padded_batch()
     with torch.no_grad():
-        got, want = iha(x, pos, mask)[0], plain(x, pos, mask)[0]
+        got, want = run(iha, x, pos, mask)[0], run(plain, x, pos, mask)[0]
     assert (got - want)[mask.bool()].abs().max() <= ATOL
 
 
@@ -267,7 +274,7 @@ def test_iha_at_init_equals_windowed_mha():
     a = NeoLLMAttention(cfg, 0).eval()
     x, pos, mask = padded_batch()
     with torch.no_grad():
-        got = a(x, pos, mask)[0]
+        got = run(a, x, pos, mask)[0]
         mha = NeoLLMAttention(tiny(use_iha=False), 0).eval()
         copy_shared(a, mha)
         mha.pseudo_heads = 1
@@ -298,9 +305,9 @@ def test_grape_at_init_equals_repo():
     assert set(grape.state_dict()) - set(repo.state_dict()) == {"positions.spectrum.log_scale"}
     x, pos, mask = padded_batch()
     with torch.no_grad():
-        assert (grape(x, pos, mask)[0] - repo(x, pos, mask)[0]).abs().max() <= ATOL
+        assert (run(grape, x, pos, mask)[0] - run(repo, x, pos, mask)[0]).abs().max() <= ATOL
         grape.positions.spectrum.log_scale.fill_(0.5)
-        assert (grape(x, pos, mask)[0] - repo(x, pos, mask)[0]).abs().max() > 1e-4
+        assert (run(grape, x, pos, mask)[0] - run(repo, x, pos, mask)[0]).abs().max() > 1e-4
 
 
 def test_repo_relative_law():
@@ -308,11 +315,11 @@ def test_repo_relative_law():
     a = perturbed(tiny(use_momentum_attention=False), 2)
     x, pos, _ = padded_batch(pad=0)
     with torch.no_grad():
-        base = a(x, pos, None)[0]
+        base = run(a, x, pos, None)[0]
         coords = a.positions.coords
         orig = coords.forward
         coords.forward = lambda inp: orig(inp) + 3.7
-        shifted = a(x, pos, None)[0]
+        shifted = run(a, x, pos, None)[0]
         coords.forward = orig
     assert (base - shifted).abs().max() <= 1e-4
 
@@ -322,10 +329,10 @@ def test_positions_are_relative():
     for layer in (0, 2):  # integer RoPE (0) and REPO (2, which ignores integer positions) are both relative
         a = perturbed(tiny(use_momentum_attention=False), layer)
         with torch.no_grad():
-            assert (a(x, pos, None)[0] - a(x, pos + 5, None)[0]).abs().max() <= 1e-4
+            assert (run(a, x, pos, None)[0] - run(a, x, pos + 5, None)[0]).abs().max() <= 1e-4
     a = perturbed(tiny(use_momentum_attention=False), 0)
     with torch.no_grad():
-        assert (a(x, pos, None)[0] - a(x, pos * 2, None)[0]).abs().max() > 1e-3
+        assert (run(a, x, pos, None)[0] - run(a, x, pos * 2, None)[0]).abs().max() > 1e-3
 
 
 def test_momentum_shear_formula_and_boundary():
@@ -405,24 +412,26 @@ def test_value_residual_hook_and_decode():
     assert l1.value_residual.value_residual_lambda.tolist() != [0.5, 0.5]  # perturbed
     x, pos, mask = padded_batch()
     with torch.no_grad():
-        o0, v0 = l0(x, pos, mask)
+        o0, v0 = run(l0, x, pos, mask)
         assert v0.shape == (2, 11, 2, 16)
-        o1, none = l1(x, pos, mask, v0=v0)
-        assert none is None
+        o1, kept = run(l1, x, pos, mask, v0=v0)
+        assert kept is v0  # layers >= 1 read v0 from the residual state and leave it there
         s0, s1, outs = l0.new_state(), l1.new_state(), []
         for a, b in ((0, 5), (5, 6), (6, 11)):
-            _, v0s = l0(x[:, a:b], pos[:, a:b], mask[:, :b], s0)
-            outs.append(l1(x[:, a:b], pos[:, a:b], mask[:, :b], s1, v0=v0s)[0])
+            _, v0s = run(l0, x[:, a:b], pos[:, a:b], mask[:, :b], s0)
+            outs.append(run(l1, x[:, a:b], pos[:, a:b], mask[:, :b], s1, v0=v0s)[0])
     assert (torch.cat(outs, 1) - o1)[mask.bool()].abs().max() <= ATOL
     with pytest.raises(ValueError, match="need v0"):
-        l1(x, pos, mask)
+        run(l1, x, pos, mask)
     assert NeoLLMAttention(tiny(use_fan_residual=True), 1).value_residual.value_residual_lambda.tolist() == [0.5, 0.5]
 
 
 @pytest.mark.parametrize("flag", sorted(UNBUILT_FLAGS))
 def test_unbuilt_options_refuse_at_construction(flag):
-    with pytest.raises(NotImplementedError, match=f"{flag}.*NeoLLM part 2/3"):
-        NeoLLMAttention(tiny(**{flag: True}), 0)
+    from slmlab.models.neollm import NeoLLMForCausalLM
+
+    with pytest.raises(NotImplementedError, match=f"{flag}.*NeoLLM part 2/3.*{UNBUILT_FLAGS[flag]}"):
+        NeoLLMForCausalLM(tiny(**{flag: True}))
 
 
 def test_rope_scaling():
@@ -430,7 +439,7 @@ def test_rope_scaling():
     base = perturbed(tiny(use_momentum_attention=False), 0)
     x, pos, _ = padded_batch(pad=0)
     with torch.no_grad():
-        assert (lin(x, pos * 2, None)[0] - base(x, pos, None)[0]).abs().max() <= ATOL
+        assert (run(lin, x, pos * 2, None)[0] - run(base, x, pos, None)[0]).abs().max() <= ATOL
     with pytest.raises(ValueError, match="dynamic"):
         NeoLLMAttention(tiny(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), 0)
 
@@ -442,9 +451,9 @@ def test_state_batch_ops_and_crop():
         _, st = decode(a, x, pos, mask, [6])
         st.select_batch(torch.tensor([1, 1]))
         rows = torch.tensor([1, 1])
-        nxt, _ = a(x[rows, 6:7], pos[rows, 6:7], mask[rows, :7], st)
+        nxt, _ = run(a, x[rows, 6:7], pos[rows, 6:7], mask[rows, :7], st)
         _, ref_st = decode(a, x[1:], pos[1:], mask[1:], [6])
-        ref, _ = a(x[1:, 6:7], pos[1:, 6:7], mask[1:, :7], ref_st)
+        ref, _ = run(a, x[1:, 6:7], pos[1:, 6:7], mask[1:, :7], ref_st)
     assert (nxt - ref).abs().max() <= ATOL
     assert st.num_tokens == 7
     with pytest.raises(ValueError, match="cannot be cropped"):

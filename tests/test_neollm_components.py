@@ -23,6 +23,7 @@ from slmlab.models.neollm.components import (
     SiameseReadout,
     SiameseResidual,
     SpellingBee,
+    ResidualState,
     make_fan,
     multiplied_linear,
 )
@@ -148,6 +149,25 @@ def test_mlp_formula_gradients_and_positionwise():
 
 
 # -- residual flows -------------------------------------------------------------------------------
+# The flows update a ResidualState in place; these adapters give the tests a functional view.
+def attn_input(flow, streams):
+    state = ResidualState(streams=tuple(streams))
+    u = flow.attn_input(state)
+    return state.streams, u
+
+
+def mlp_input(flow, streams):
+    state = ResidualState(streams=tuple(streams))
+    u = flow.mlp_input(state)
+    return state.streams, u
+
+
+def add(flow, streams, update):
+    state = ResidualState(streams=tuple(streams))
+    flow.add(state, update)
+    return state.streams
+
+
 def rms(t, eps=1e-6):
     return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps)
 
@@ -158,16 +178,16 @@ def test_siamese_layer_formula_and_parameters():
     assert n_params(res) == 7 * 8
     assert torch.all(res.attn_fuse.x_scale == 0.7)  # s starts at siamese_attn_x_scale_init
     x, y, a, m = (torch.randn(2, 3, 8) for _ in range(4))
-    (x1, y1), u = res.attn_input((x, y))
+    (x1, y1), u = attn_input(res, (x, y))
     torch.testing.assert_close(x1, rms(x), atol=ATOL, rtol=0)
     torch.testing.assert_close(u, rms(0.7 * rms(x) + rms(y)), atol=ATOL, rtol=0)
-    x2, y2 = res.add((x1, y1), a)
+    x2, y2 = add(res, (x1, y1), a)
     c = math.sqrt(2 * 3)
     torch.testing.assert_close(x2, x1 + a / c, atol=ATOL, rtol=0)
     torch.testing.assert_close(y2, y + a, atol=ATOL, rtol=0)
-    (x3, _), u = res.mlp_input((x2, y2))
+    (x3, _), u = mlp_input(res, (x2, y2))
     torch.testing.assert_close(u, rms(rms(x2) + rms(y2)), atol=ATOL, rtol=0)
-    out = res.add(res.mlp_input((x2, y2))[0], m)
+    out = add(res, mlp_input(res, (x2, y2))[0], m)
     (out[0].sum() + out[1].sum() + u.square().sum()).backward()
 
 
@@ -178,7 +198,7 @@ def test_siamese_variants():
     raw = SiameseResidual(8, 0, input_norm=False)  # layer 0 without the embedding input norm
     assert n_params(raw) == 3 * 8 and not list(raw.attn_fuse.parameters())
     e = torch.randn(2, 3, 8)
-    streams, u = raw.attn_input((e, e))
+    streams, u = attn_input(raw, (e, e))
     assert u is e and streams[0] is e
     assert n_params(SiameseResidual(8, 1, input_norm=False)) == 7 * 8  # only layer 0 is affected
 
@@ -188,12 +208,13 @@ def test_siamese_gradient_reaches_every_parameter():
     res, readout = SiameseResidual(8, 0), SiameseReadout(8)
     e = torch.randn(2, 4, 8)
     lin = nn.Linear(8, 8)
-    streams = readout.start(e)
-    streams, u = res.attn_input(streams)
-    streams = res.add(streams, lin(u))
-    streams, u = res.mlp_input(streams)
-    streams = res.add(streams, lin(u).tanh())
-    readout(streams).pow(3).sum().backward()
+    start = readout.start(e)
+    assert isinstance(start, ResidualState) and start.v0 is None
+    streams, u = attn_input(res, start.streams)
+    streams = add(res, streams, lin(u))
+    streams, u = mlp_input(res, streams)
+    streams = add(res, streams, lin(u).tanh())
+    readout.hidden(ResidualState(streams)).pow(3).sum().backward()
     assert_all_grads(res)
     assert_all_grads(readout)
     assert n_params(readout) == 3 * 8
@@ -202,11 +223,11 @@ def test_siamese_gradient_reaches_every_parameter():
 def test_prenorm_residual_and_layer0_switch():
     res = PreNormResidual(8, 0)
     h, a = torch.randn(2, 3, 8), torch.randn(2, 3, 8)
-    streams, u = res.attn_input((h,))
+    streams, u = attn_input(res, (h,))
     torch.testing.assert_close(u, rms(h), atol=ATOL, rtol=0)
-    assert res.add(streams, a)[0].equal(h + a)
+    assert add(res, streams, a)[0].equal(h + a)
     raw = PreNormResidual(8, 0, input_norm=False)
-    assert raw.attn_input((h,))[1] is h and n_params(raw) == 8
+    assert attn_input(raw, (h,))[1] is h and n_params(raw) == 8
 
 
 # -- Spelling Bee ---------------------------------------------------------------------------------
@@ -297,10 +318,10 @@ def test_residual_flows_and_spelling_bee_are_positionwise():
     e = torch.randn(2, 6, 8)
     for flow in (SiameseResidual(8, 1), PreNormResidual(8, 1)):
         streams = (e, e * 2)[: 2 if isinstance(flow, SiameseResidual) else 1]
-        base = flow.add(*flow.mlp_input(flow.attn_input(streams)[0]))
+        base = add(flow, *mlp_input(flow, attn_input(flow, streams)[0]))
         moved = tuple(s.clone() for s in streams)
         moved[0][:, 4] += 1.0
-        out = flow.add(*flow.mlp_input(flow.attn_input(moved)[0]))
+        out = add(flow, *mlp_input(flow, attn_input(flow, moved)[0]))
         for a, b in zip(base, out):
             assert torch.equal(a[:, :4], b[:, :4]) and torch.equal(a[:, 5:], b[:, 5:])
     other = ids.clone()

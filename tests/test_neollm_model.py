@@ -152,31 +152,7 @@ def test_inputs_embeds_needs_spelling_bee_off():
     torch.testing.assert_close(by_embeds, by_ids, atol=ATOL, rtol=0)
 
 
-# -- other built switches: decode == prefill, left padding --------------------------------------------
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        dict(use_siamesenorm=False),
-        dict(use_siamesenorm=False, use_embedding_input_norm=False),
-        dict(use_embedding_input_norm=False),
-        dict(siamese_normalized_input=False, siamese_depth_scaling=False),
-        dict(use_learnable_multipliers=False, fan_ratio=0.0, fan_ratio_ffn=0.0),
-        dict(use_spelling_bee_embeddings=False, use_fan_residual=True),
-    ],
-    ids=["standard", "standard-raw-l0", "siamese-raw-l0", "siamese-plain", "no-mult-no-fan", "fan-residual"],
-)
-def test_switch_variants_decode_equals_prefill_left_padded(overrides):
-    model = tiny_model(**overrides)
-    rows = [torch.randint(1, model.config.vocab_size, (n,)) for n in (9, 6)]
-    ids, mask = left_pad(rows)
-    full = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-    step = decode_stepwise(model, ids, mask, prefill=5)
-    real = mask.bool()
-    torch.testing.assert_close(step[real], full[real], atol=ATOL, rtol=0)
-    alone = model(input_ids=rows[1][None], use_cache=False).logits[0]
-    torch.testing.assert_close(full[1, -6:], alone, atol=ATOL, rtol=0)
-
-
+# -- other built switches: the hand-picked variants are rows of tests/test_neollm_flags.py ------------
 def test_standard_topology_has_no_siamese_modules():
     model = tiny_model(use_siamesenorm=False, use_embedding_input_norm=False)
     names = [n for n, _ in model.named_parameters()]

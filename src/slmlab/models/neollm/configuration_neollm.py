@@ -29,45 +29,45 @@ class NeoLLMConfig(PretrainedConfig):
     """Configuration of NeoLLM: 83 constructor fields, most of them component switches.
 
     Defaults are the seed's ``__init__`` signature (which wins over its docstring where they
-    disagree, overview §c.1): vocab 64402, d=512, 12 layers, 8 query / 4 KV heads of 64, xIELU MLP
+    disagree, docs/neollm.md#decisions): vocab 64402, d=512, 12 layers, 8 query / 4 KV heads of 64, xIELU MLP
     of 1536, untied head, partial RoPE 0.25, momentum attention, XSA, Hadamard o_proj, learnable
     multipliers, SiameseNorm, Spelling Bee, REPO + REPO-GRAPE from layer ``num_hidden_layers // 3``,
     IHA (P=2, ``"LLLLG"``, automatic window), FANformer maps on the attention (0.125) and MLP
     (0.0625) inputs, dropout 0.1.
 
-    Args (grouped; see the seed / specs for each mechanism):
+    Args (grouped; see the docs named above for each mechanism):
         vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
             num_key_value_heads, head_dim, hidden_act, max_position_embeddings, initializer_range,
             rms_norm_eps, tie_word_embeddings: the usual transformer sizes.
-        rope_theta, rope_scaling, partial_rotary_factor: rotary positions (A§4.6). ``rope_scaling``
+        rope_theta, rope_scaling, partial_rotary_factor: rotary positions (docs/neollm-attention.md#positions). ``rope_scaling``
             is kept as given (``None`` by default) and also stored as ``rope_parameters``.
         attention_bias, attention_dropout, dropout_rate: biases on q/k/v, probability dropout,
             block-output + MLP-intermediate dropout.
-        use_momentum_attention, momentum_gamma: causal first-difference shear of q/k (A§4.10).
+        use_momentum_attention, momentum_gamma: causal first-difference shear of q/k (docs/neollm-attention.md#momentum).
         use_mea_attention, mea_component_key_value_heads (None -> num_key_value_heads),
-            mea_groupnorm_eps: MEA head mixing (A§4.4).
-        use_lucid_attention, lucid_attention_eps: LUCID preconditioning (A§4.11).
-        use_affine_scaled_attention, affine_momentum: affine-scaled softmax (A§4.13).
-        use_xsa, xsa_eps: exclusive self attention (A§4.14).
-        use_directional_routing, directional_routing_k, directional_routing_temp: A§4.15.
-        use_attn_res, attn_res_num_blocks: attention residuals over depth (R§5.3).
-        use_stack_memory, stack_d_model, num_mem_heads, stack_slots, stack_memory_cache_size: R§5.4.
-        use_fan_residual, fan_ratio, fan_ratio_ffn: FANformer maps (A§4.1, R§7.2) and the FAN value
-            residual (R§6). A ratio of 0 means "no FAN module".
-        use_learnable_multipliers, use_embedding_multipliers: learnable multipliers (A§4.2, R§8).
+            mea_groupnorm_eps: MEA head mixing (docs/neollm-attention.md#mea).
+        use_lucid_attention, lucid_attention_eps: LUCID preconditioning (docs/neollm-attention.md#lucid).
+        use_affine_scaled_attention, affine_momentum: affine-scaled softmax (docs/neollm-attention.md#affine-scaled-softmax).
+        use_xsa, xsa_eps: exclusive self attention (docs/neollm-attention.md#momentum).
+        use_directional_routing, directional_routing_k, directional_routing_temp: docs/neollm-attention.md#directional-routing.
+        use_attn_res, attn_res_num_blocks: attention residuals over depth (docs/neollm-residual.md#attnres).
+        use_stack_memory, stack_d_model, num_mem_heads, stack_slots, stack_memory_cache_size: docs/neollm-residual.md#stackmemory.
+        use_fan_residual, fan_ratio, fan_ratio_ffn: FANformer maps (docs/neollm-attention.md#order-of-operations, docs/neollm-residual.md#mlp-and-activations) and the FAN value
+            residual (docs/neollm-residual.md#value-residual). A ratio of 0 means "no FAN module".
+        use_learnable_multipliers, use_embedding_multipliers: learnable multipliers (docs/neollm-attention.md#order-of-operations, docs/neollm-residual.md#mlp-and-activations).
         use_lns, use_gpas, use_siamesenorm, siamese_normalized_input, siamese_depth_scaling,
-            siamese_attn_x_scale_init, use_embedding_input_norm: norms and residual topology (R§3-5).
-        use_token_generator, generator_*: Leviathan generator (R§9.2).
-        use_jtokm, jtokm_*: JTok-M modulation (R§10).
-        use_hadamard_o_proj: Walsh-Hadamard output projection (A§4.17).
-        polynorm_exclusive: PolyNorm replaces the MLP activation (R§7.4).
-        use_spelling_bee_embeddings: byte-level embedding augmentation (R§9.3).
+            siamese_attn_x_scale_init, use_embedding_input_norm: norms and residual topology (docs/neollm-residual.md#siamesenorm).
+        use_token_generator, generator_*: Leviathan generator (docs/neollm-residual.md#token-generator).
+        use_jtokm, jtokm_*: JTok-M modulation (docs/neollm-residual.md#jtok-m).
+        use_hadamard_o_proj: Walsh-Hadamard output projection (docs/neollm-attention.md#order-of-operations).
+        polynorm_exclusive: PolyNorm replaces the MLP activation (docs/neollm-residual.md#polynorm).
+        use_spelling_bee_embeddings: byte-level embedding augmentation (docs/neollm.md#spelling-bee).
         use_repo, repo_start_layer (None -> num_hidden_layers // 3), repo_d_p (None -> hidden_size // 8),
             use_repo_grape, use_repo_goat_prior, repo_goat_num_frequencies, repo_goat_sink_decay:
-            learned positions (A§4.7-4.9).
-        use_laurel, use_laurel_rw, use_laurel_lr, laurel_lr_rank: LAUREL (R§5.2).
+            learned positions (docs/neollm-attention.md#positions).
+        use_laurel, use_laurel_rw, use_laurel_lr, laurel_lr_rank: LAUREL (docs/neollm-residual.md#laurel).
         use_iha, iha_num_pseudo_heads, iha_local_global_pattern, iha_sliding_window,
-            iha_global_layers_use_iha: interleaved head attention (A§4.3).
+            iha_global_layers_use_iha: interleaved head attention (docs/neollm-attention.md#iha).
         use_cache: return a decoding cache from ``forward`` by default (not a seed field).
 
     Raises:
@@ -416,7 +416,7 @@ class NeoLLMConfig(PretrainedConfig):
                 f"head_dim={head_dim}; it must be a positive even number."
             )
 
-    # -- derived, per-layer schedule (A§0) -------------------------------------------------------
+    # -- derived, per-layer schedule (docs/neollm-attention.md#configuration) -------------------------------------------------------
     @property
     def rotary_dim(self) -> int:
         """``r_d = int(head_dim * partial_rotary_factor)``, the rotated channels of each head."""
@@ -424,7 +424,7 @@ class NeoLLMConfig(PretrainedConfig):
 
     @property
     def any_repo(self) -> bool:
-        """Any REPO flag turns the coordinate path on at ``repo_start_layer`` (A§4.7-4.9)."""
+        """Any REPO flag turns the coordinate path on at ``repo_start_layer`` (docs/neollm-attention.md#positions)."""
         return bool(self.use_repo or self.use_repo_grape or self.use_repo_goat_prior)
 
     def is_repo_layer(self, layer_idx: int) -> bool:
@@ -432,7 +432,7 @@ class NeoLLMConfig(PretrainedConfig):
         return self.any_repo and layer_idx >= self.repo_start_layer
 
     def iha_kind(self, layer_idx: int) -> str:
-        """IHA kind of a layer (A§0): ``"none"``, ``"mix"`` (P=1, every layer), ``"local"`` ('L'
+        """IHA kind of a layer (docs/neollm-attention.md#configuration): ``"none"``, ``"mix"`` (P=1, every layer), ``"local"`` ('L'
         with a sliding window) or ``"global"`` ('G' with ``iha_global_layers_use_iha``)."""
         if not self.use_iha:
             return "none"

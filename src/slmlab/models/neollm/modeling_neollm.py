@@ -1,22 +1,26 @@
 """NeoLLM (seed 000) as a transformers causal LM, assembled from one module per mechanism.
 
-Forward with the default flags (``neollm-overview.md`` §a)::
+Forward with the default flags (``docs/neollm.md#forward``)::
 
-    e = ½(W_E[ids] + Spell(ids))                    # Spelling Bee (R§9.3)
-    x = y = e                                       # SiameseNorm streams (R§5.1)
+    e = ½(W_E[ids] + Spell(ids))                    # Spelling Bee (docs/neollm.md#spelling-bee)
+    x = y = e                                       # SiameseNorm streams (docs/neollm-residual.md#siamesenorm)
     per layer l:  x ← RMSNorm_ax(x); u = RMSNorm_ai(s ⊙ x + RMSNorm_ay(y))
                   a = Dropout(Attn_l(u));           x ← x + a / c_l;  y ← y + a
                   x ← RMSNorm_mx(x); u = RMSNorm_mi(x + RMSNorm_my(y))
                   m = MLP_l(u);                     x ← x + m / c_l;  y ← y + m
     logits = lm_head(RMSNorm_f(RMSNorm_fx(x) + RMSNorm_fy(y)))
 
-Every switch picks a module once in ``__init__`` (``components/build.py`` for this side,
-``components/attention`` for the attention block); the decoder layer's ``forward`` only composes
-them. The only cross-time state is each attention layer's own :class:`LayerState` in the
+Every mechanism builds itself once in ``__init__`` with ``Mechanism.from_config(config, layer_idx)``
+(the mechanism or its identity twin); options not built yet are refused once, here, from the one
+``UNBUILT`` table. Cross-layer state lives in one :class:`ResidualState` owned by the residual flow
+(``docs/neollm-residual.md#residual-state-and-flows``), and per-forward values in one
+:class:`ForwardContext`. The only cross-time state is each attention layer's own state in the
 :class:`ModelCache`; everything else here is position-wise, so decoding equals the full forward.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +29,13 @@ from transformers import initialization as init
 
 from ...layers import ModelCache
 from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel, validate_embeds
-from .components import build_mlp, build_readout, build_residual, build_spelling_bee, check_built
-from .components.attention import NeoLLMAttention
+from .components import NeoLLMMLP, SiameseReadout, SiameseResidual, SpellingBee
+from .components.attention import AttentionCore, NeoLLMAttention, training_window
+from .components.context import ForwardContext, ResidualState
+from .components.unbuilt import check_built
 from .configuration_neollm import NeoLLMConfig
+
+logger = logging.getLogger(__name__)
 
 
 class NeoLLMDecoderLayer(nn.Module):
@@ -36,36 +44,58 @@ class NeoLLMDecoderLayer(nn.Module):
     Args:
         config: the model config; ``layer_idx``: this layer's index ``l``.
     Shapes:
-        streams: tuple of ``[B, T, D]`` (``(x, y)`` for SiameseNorm); position_ids ``[B, T]``;
-        attention_mask ``[B, past + T]`` or None. Returns the new streams and the FAN value-residual
-        side channel ``v0`` (None unless ``use_fan_residual``).
+        state: the :class:`ResidualState` (streams of ``[B, T, D]``, ``v0``, ...), updated in place and
+        returned; ctx: the :class:`ForwardContext` (position_ids ``[B, T]``, attention_mask
+        ``[B, past + T]`` or None, ids, auxiliary-loss sink); cache_state: this layer's cache entry.
     """
 
     def __init__(self, config: NeoLLMConfig, layer_idx: int) -> None:
         super().__init__()
-        self.residual = build_residual(config, layer_idx)
+        self.residual = SiameseResidual.from_config(config, layer_idx)
         self.self_attn = NeoLLMAttention(config, layer_idx)
-        self.dropout = nn.Dropout(config.dropout_rate)  # on the attention block output (R§4.2)
-        self.mlp = build_mlp(config)
+        self.dropout = nn.Dropout(config.dropout_rate)  # on the attention block output (docs/neollm.md#decisions)
+        self.mlp = NeoLLMMLP.from_config(config, layer_idx)
 
-    def forward(self, streams, position_ids, attention_mask, state=None, v0=None):
-        streams, u = self.residual.attn_input(streams)
-        a, v0 = self.self_attn(u, position_ids, attention_mask, state=state, v0=v0)
-        streams = self.residual.add(streams, self.dropout(a))
-        streams, u = self.residual.mlp_input(streams)
-        streams = self.residual.add(streams, self.mlp(u))
-        return streams, v0
+    def forward(self, state: ResidualState, ctx: ForwardContext, cache_state=None) -> ResidualState:
+        u = self.residual.attn_input(state)
+        self.residual.add(state, self.dropout(self.self_attn(u, ctx, cache_state, state)))
+        u = self.residual.mlp_input(state)
+        self.residual.add(state, self.mlp(u))
+        return state
 
 
 class NeoLLMPreTrainedModel(SLMPreTrainedModel):
     """Shared init: truncated normal (±2σ, σ = ``initializer_range``) for every matrix and table,
-    RMSNorm weights 1, and the special inits of the specs (multipliers 1, xIELU scalars, the
+    RMSNorm weights 1, and the special inits of the components (multipliers 1, xIELU scalars, the
     SiameseNorm ``s``, the attention side's identity inits) through each module's
     ``reset_parameters_with(init_module)``; everything goes through ``transformers.initialization``
     so weights loaded by ``from_pretrained`` are never overwritten."""
 
     config_class = NeoLLMConfig
     _no_split_modules = ["NeoLLMDecoderLayer"]
+
+    def prepare_for_training(self, seq_len: int) -> None:
+        """Harness hook (``slmlab train`` calls it before training): with the automatic local window
+        (``iha_sliding_window=None``) write the window the local layers will train with,
+        ``max(1, seq_len // (2P²))``, into the config and the attention cores, so checkpoints carry
+        it and generation decodes the trained function (``docs/neollm-attention.md#local-window``).
+        Does nothing when the config fixes the window or no layer is local.
+
+        Args:
+            seq_len: the training sequence length in tokens.
+        """
+        window = training_window(self.config, seq_len)
+        if window is None:
+            return
+        self.config.iha_sliding_window = window
+        for module in self.modules():
+            if isinstance(module, AttentionCore):
+                module.window = window
+        logger.info(
+            "NeoLLM: iha_sliding_window=None resolved to %d for %d-token training sequences; written into the config",
+            window,
+            seq_len,
+        )
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range
@@ -92,9 +122,9 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         super().__init__(config)
         check_built(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.spelling_bee = build_spelling_bee(config)
+        self.spelling_bee = SpellingBee.from_config(config)
         self.layers = nn.ModuleList(NeoLLMDecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.readout = build_readout(config)
+        self.readout = SiameseReadout.from_config(config)
         self.register_buffer("baked_embeddings", None, persistent=False)
         self._baked_version = -1
         self.post_init()
@@ -110,7 +140,7 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         """One attention state per layer (K/V, momentum state, frozen IHA window)."""
         return ModelCache([layer.self_attn.new_state() for layer in self.layers])
 
-    # -- embedding path and its baked table (R§9.3) ----------------------------------------------
+    # -- embedding path and its baked table (docs/neollm.md#spelling-bee)-------------------------------------------
     def _table_version(self) -> int:
         return getattr(self.spelling_bee, "table_version", 0)
 
@@ -155,13 +185,12 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         validate_embeds(inputs_embeds, cfg.hidden_size)
 
     def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
-        streams = self.readout.start(inputs.embeds)
-        v0 = None
+        ctx = ForwardContext(inputs.position_ids, inputs.attention_mask, inputs.input_ids)
+        state = self.readout.start(inputs.embeds)
         for i, layer in enumerate(self.layers):
-            streams, v0_out = layer(streams, inputs.position_ids, inputs.attention_mask, inputs.state(i), v0)
-            v0 = v0 if v0_out is None else v0_out  # layer 0's values feed every later layer (R§6)
-            inputs.record(streams[-1])
-        return self.readout(streams)
+            layer(state, ctx, inputs.state(i))
+            inputs.record(state.streams[-1])
+        return self.readout.hidden(state)
 
 
 class NeoLLMForCausalLM(SLMForCausalLM, NeoLLMPreTrainedModel):
@@ -199,7 +228,7 @@ def _mlp_part(name: str) -> str:
 
 def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
     """Parameter count per component (every tensor counted once), then subtotals per side and the
-    total. For the seed's defaults the total is 113,131,288 (overview §d)."""
+    total. For the seed's defaults the total is 113,131,288 (``docs/neollm.md#parameter-budget``)."""
     rows: dict[str, int] = {}
     sides = {"Attention total": 0, "MLP total": 0, "SiameseNorm / residual norms total": 0}
     seen: set[int] = set()

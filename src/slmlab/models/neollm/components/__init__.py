@@ -1,16 +1,25 @@
-"""NeoLLM components, one module per mechanism. ``attention/`` holds the attention block and its
-positional machinery; the files here hold the residual flow, norms, MLP and embedding side."""
+"""NeoLLM components, one module per mechanism; each builds itself with
+``Mechanism.from_config(config, layer_idx)``. ``attention/`` holds the attention block and its
+positional machinery; the files here hold the residual flow and its typed state (``context.py``),
+norms, MLP, the embedding side and the one table of unbuilt options (``unbuilt.py``)."""
 
 from .activations import XIELU, make_activation
+from .context import FlowEnds, ForwardContext, ResidualFlow, ResidualState
 from .build import build_mlp, build_readout, build_residual, build_spelling_bee, check_built
 from .fan import FANFeatures, NoFAN, make_fan
 from .mlp import NeoLLMMLP
 from .multipliers import RowColMultipliedLinear, RowMultipliedLinear, multiplied_linear
 from .residual import PreNormReadout, PreNormResidual, SiameseReadout, SiameseResidual
 from .spelling_bee import NoSpellingBee, SpellingBee
+from .unbuilt import UNBUILT
 
 __all__ = [
     "FANFeatures",
+    "FlowEnds",
+    "ForwardContext",
+    "ResidualFlow",
+    "ResidualState",
+    "UNBUILT",
     "NeoLLMMLP",
     "NoFAN",
     "NoSpellingBee",

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
+from .unbuilt import refuse
+
 
 def _inverse_softplus(y: float) -> float:
     return math.log(math.expm1(y))
@@ -66,10 +68,10 @@ def make_activation(hidden_act: str, polynorm_exclusive: bool = False) -> nn.Mod
 
     Args:
         hidden_act: ``config.hidden_act``.
-        polynorm_exclusive: PolyNorm as the exclusive nonlinearity (residual spec §7.4).
+        polynorm_exclusive: PolyNorm as the exclusive nonlinearity (not built: ``docs/neollm-residual.md#polynorm``).
     """
     if polynorm_exclusive:
-        raise NotImplementedError("polynorm_exclusive=True is not built yet: it arrives with NeoLLM part 2/3")
+        refuse("polynorm_exclusive")
     if hidden_act == "xielu":
         return XIELU()
     if hidden_act not in ACT2FN:

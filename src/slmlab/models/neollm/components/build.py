@@ -1,8 +1,8 @@
-"""The module factory of the residual / embedding / MLP side: config -> modules, chosen once at
-construction time (the blocks never branch on flags in ``forward``).
+"""Compatibility names of the residual / embedding / MLP side.
 
-Optional (non-core) mechanisms of this side that are not built yet raise ``NotImplementedError``
-here, at construction time, naming the flag and the part that adds it.
+Every mechanism now builds itself with ``Mechanism.from_config(config, layer_idx)`` and the unbuilt
+options live in one table (:mod:`.unbuilt`); these functions forward there so earlier callers keep
+working.
 """
 
 from __future__ import annotations
@@ -10,75 +10,40 @@ from __future__ import annotations
 from torch import nn
 
 from .mlp import NeoLLMMLP
-from .residual import PreNormReadout, PreNormResidual, SiameseReadout, SiameseResidual
-from .spelling_bee import NoSpellingBee, SpellingBee
+from .residual import SiameseReadout, SiameseResidual
+from .spelling_bee import SpellingBee
+from .unbuilt import UNBUILT, check_built, embedding_multipliers_active
 
-# Residual / embedding options of the overview's "res opt" phase (NeoLLM parts 2 and 3).
-UNBUILT_FLAGS = (
-    "use_laurel",
-    "use_attn_res",
-    "use_stack_memory",
-    "use_lns",
-    "use_gpas",
-    "use_token_generator",
-    "use_jtokm",
-    "polynorm_exclusive",
-)
-
-
-def embedding_multipliers_active(config) -> bool:
-    """Embedding multipliers exist only with learnable multipliers, no generator and no tying (R§8)."""
-    return bool(
-        config.use_embedding_multipliers
-        and config.use_learnable_multipliers
-        and not config.use_token_generator
-        and not config.tie_word_embeddings
-    )
-
-
-def check_built(config) -> None:
-    """Raise ``NotImplementedError`` for every enabled option of this side not built in part 1."""
-    for flag in UNBUILT_FLAGS:
-        if getattr(config, flag, False):
-            raise NotImplementedError(f"{flag}=True is not built yet: it arrives with NeoLLM part 2/3")
-    if embedding_multipliers_active(config):
-        raise NotImplementedError("use_embedding_multipliers=True is not built yet: it arrives with NeoLLM part 2/3")
+# Residual / embedding options not built yet (the rows of `UNBUILT` on this side).
+UNBUILT_FLAGS = tuple(flag for flag, doc in UNBUILT.items() if "neollm-residual" in doc and flag != "use_embedding_multipliers")
 
 
 def build_residual(config, layer_idx: int) -> nn.Module:
-    """SiameseNorm (default) or the standard pre-norm topology for decoder layer ``layer_idx``."""
-    if config.use_siamesenorm:
-        return SiameseResidual(
-            config.hidden_size,
-            layer_idx,
-            eps=config.rms_norm_eps,
-            x_scale_init=config.siamese_attn_x_scale_init,
-            normalized_input=config.siamese_normalized_input,
-            depth_scaling=config.siamese_depth_scaling,
-            input_norm=config.use_embedding_input_norm,
-        )
-    return PreNormResidual(config.hidden_size, layer_idx, config.rms_norm_eps, config.use_embedding_input_norm)
+    """See :meth:`SiameseResidual.from_config`."""
+    return SiameseResidual.from_config(config, layer_idx)
 
 
 def build_readout(config) -> nn.Module:
-    """The model-level stream start and final norm matching :func:`build_residual`."""
-    cls = SiameseReadout if config.use_siamesenorm else PreNormReadout
-    return cls(config.hidden_size, config.rms_norm_eps)
+    """See :meth:`SiameseReadout.from_config`."""
+    return SiameseReadout.from_config(config)
 
 
 def build_mlp(config) -> NeoLLMMLP:
-    return NeoLLMMLP(
-        config.hidden_size,
-        config.intermediate_size,
-        fan_ratio=config.fan_ratio_ffn,
-        hidden_act=config.hidden_act,
-        dropout=config.dropout_rate,
-        use_multipliers=config.use_learnable_multipliers,
-        polynorm_exclusive=config.polynorm_exclusive,
-    )
+    """See :meth:`NeoLLMMLP.from_config`."""
+    return NeoLLMMLP.from_config(config, 0)
 
 
 def build_spelling_bee(config) -> nn.Module:
-    if config.use_spelling_bee_embeddings:
-        return SpellingBee(config.vocab_size, config.hidden_size)
-    return NoSpellingBee()
+    """See :meth:`SpellingBee.from_config`."""
+    return SpellingBee.from_config(config)
+
+
+__all__ = [
+    "UNBUILT_FLAGS",
+    "build_mlp",
+    "build_readout",
+    "build_residual",
+    "build_spelling_bee",
+    "check_built",
+    "embedding_multipliers_active",
+]

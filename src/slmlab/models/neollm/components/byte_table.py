@@ -1,4 +1,4 @@
-"""Token id -> UTF-8 bytes, for Spelling Bee embeddings (residual spec §9.3, rules [I]).
+"""Token id -> UTF-8 bytes, for Spelling Bee embeddings (docs/neollm.md#spelling-bee; rules in docs/neollm.md#decisions).
 
 For each id below the model's vocabulary size the first matching rule gives its bytes:
 1. the id is beyond the tokenizer (``id >= len(tokenizer)``) or a special / added control token:

@@ -33,6 +33,12 @@ class FANFeatures(nn.Module):
         self.periodic_proj = nn.Linear(dim, periodic, bias=False)
         self.linear_proj = nn.Linear(dim, dim - periodic, bias=True)
 
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """The attention-input map ``FAN_attn`` (``fan_ratio``); :class:`NoFAN` when the ratio gives no
+        periodic channel. The MLP builds its own map from ``fan_ratio_ffn`` (:class:`~.mlp.NeoLLMMLP`)."""
+        return make_fan(config.hidden_size, config.fan_ratio)
+
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         p = self.periodic_proj(u)
         return torch.cat((torch.cos(p), torch.sin(p), self.linear_proj(u)), dim=-1)

@@ -1,4 +1,4 @@
-"""The NeoLLM feed-forward block (residual spec §7): FAN input map, gated MLP with xIELU on the gate
+"""The NeoLLM feed-forward block (docs/neollm-residual.md#mlp-and-activations): FAN input map, gated MLP with xIELU on the gate
 branch, dropout on the intermediate, learnable multipliers on ``gate_proj`` (row) and ``down_proj``
 (row + column).
 
@@ -49,6 +49,18 @@ class NeoLLMMLP(nn.Module):
         self.down_proj = multiplied_linear(intermediate_size, hidden_size, row=True, col=True, enabled=use_multipliers)
         self.act_fn = make_activation(hidden_act, polynorm_exclusive)
         self.dropout = nn.Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> "NeoLLMMLP":
+        """The MLP of layer ``layer_idx`` (every layer has the same one)."""
+        return cls(
+            config.hidden_size,
+            config.intermediate_size,
+            fan_ratio=config.fan_ratio_ffn,
+            hidden_act=config.hidden_act,
+            dropout=config.dropout_rate,
+            use_multipliers=config.use_learnable_multipliers,
+        )
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         x = self.fan(u)

@@ -1,14 +1,15 @@
-"""Residual flows of the NeoLLM decoder layer (residual spec §3, §5.1).
+"""Residual flows of the NeoLLM decoder layer (``docs/neollm-residual.md``).
 
 A residual flow owns the norms around one decoder layer's two sublayers and the rule that adds a
-sublayer's update to the residual stream(s). The decoder layer composes it without branching::
+sublayer's update to the residual stream(s); it implements :class:`~.context.ResidualFlow` over the
+typed :class:`~.context.ResidualState`. The decoder layer composes it without branching::
 
-    streams, u = flow.attn_input(streams);  streams = flow.add(streams, Dropout(Attn(u)))
-    streams, u = flow.mlp_input(streams);   streams = flow.add(streams, MLP(u))
+    u = flow.attn_input(state);  flow.add(state, Dropout(Attn(u, ctx, cache, state)))
+    u = flow.mlp_input(state);   flow.add(state, MLP(u))
 
-``streams`` is a tuple of ``[B, T, D]`` tensors: ``(x, y)`` for SiameseNorm, ``(h,)`` for the
-standard pre-norm topology. A model-level *readout* builds the streams from the embedding and turns
-the last streams into the final hidden state.
+``state.streams`` is a tuple of ``[B, T, D]`` tensors: ``(x, y)`` for SiameseNorm, ``(h,)`` for the
+standard pre-norm topology. A model-level *readout* (:class:`~.context.FlowEnds`) builds the first
+state from the embedding (``start``) and turns the last one into the final hidden state (``hidden``).
 
 SiameseNorm: Li, Han et al., "SiameseNorm: Breaking the Barrier to Reconciling Pre/Post-Norm",
 arXiv 2602.08064. Two streams start at the embedding ``e``; ``x`` is bounded (post-normed before
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from ....layers.norm import RMSNorm
+from .context import ResidualState
 
 Streams = tuple[torch.Tensor, ...]
 
@@ -99,7 +101,8 @@ class SiameseResidual(nn.Module):
         normalized_input: ``siamese_normalized_input``.
         depth_scaling: ``siamese_depth_scaling`` (``c_l = 1`` when False).
         input_norm: ``use_embedding_input_norm``; at ``l = 0`` False builds no attention-side
-            modules and feeds the raw embedding to attention [I, residual spec §5.1].
+            modules and feeds the raw embedding to attention
+            (``docs/neollm-residual.md#siamesenorm``).
     """
 
     def __init__(
@@ -118,19 +121,36 @@ class SiameseResidual(nn.Module):
         self.mlp_fuse = SiameseFuse(dim, eps, normalized_input)
         self.inv_depth_scale = 1.0 / math.sqrt(2 * (layer_idx + 1)) if depth_scaling else 1.0
 
-    def attn_input(self, streams: Streams) -> tuple[Streams, torch.Tensor]:
-        x, y = streams
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """SiameseNorm (``use_siamesenorm``, default) or its twin, the standard pre-norm flow."""
+        if not config.use_siamesenorm:
+            return PreNormResidual(config.hidden_size, layer_idx, config.rms_norm_eps, config.use_embedding_input_norm)
+        return cls(
+            config.hidden_size,
+            layer_idx,
+            eps=config.rms_norm_eps,
+            x_scale_init=config.siamese_attn_x_scale_init,
+            normalized_input=config.siamese_normalized_input,
+            depth_scaling=config.siamese_depth_scaling,
+            input_norm=config.use_embedding_input_norm,
+        )
+
+    def attn_input(self, state: ResidualState) -> torch.Tensor:
+        x, y = state.streams
         x, u = self.attn_fuse(x, y)
-        return (x, y), u
+        state.streams = (x, y)
+        return u
 
-    def mlp_input(self, streams: Streams) -> tuple[Streams, torch.Tensor]:
-        x, y = streams
+    def mlp_input(self, state: ResidualState) -> torch.Tensor:
+        x, y = state.streams
         x, u = self.mlp_fuse(x, y)
-        return (x, y), u
+        state.streams = (x, y)
+        return u
 
-    def add(self, streams: Streams, update: torch.Tensor) -> Streams:
-        x, y = streams
-        return x + update * self.inv_depth_scale, y + update
+    def add(self, state: ResidualState, update: torch.Tensor) -> None:
+        x, y = state.streams
+        state.streams = (x + update * self.inv_depth_scale, y + update)
 
 
 class PreNormResidual(nn.Module):
@@ -148,24 +168,24 @@ class PreNormResidual(nn.Module):
         self.attn_norm = nn.Identity() if (layer_idx == 0 and not input_norm) else RMSNorm(dim, eps)
         self.mlp_norm = RMSNorm(dim, eps)
 
-    def attn_input(self, streams: Streams) -> tuple[Streams, torch.Tensor]:
-        return streams, self.attn_norm(streams[0])
+    def attn_input(self, state: ResidualState) -> torch.Tensor:
+        return self.attn_norm(state.streams[0])
 
-    def mlp_input(self, streams: Streams) -> tuple[Streams, torch.Tensor]:
-        return streams, self.mlp_norm(streams[0])
+    def mlp_input(self, state: ResidualState) -> torch.Tensor:
+        return self.mlp_norm(state.streams[0])
 
-    def add(self, streams: Streams, update: torch.Tensor) -> Streams:
-        return (streams[0] + update,)
+    def add(self, state: ResidualState, update: torch.Tensor) -> None:
+        state.streams = (state.streams[0] + update,)
 
 
 class SiameseReadout(nn.Module):
-    """Model-level SiameseNorm ends: ``start(e) = (e, e)``; ``forward`` gives
-    ``RMSNorm_f(RMSNorm_fx(x) + RMSNorm_fy(y))`` (3·D parameters).
+    """Model-level SiameseNorm ends: ``start(e)`` holds the streams ``(e, e)``; ``hidden`` (= ``forward``)
+    gives ``RMSNorm_f(RMSNorm_fx(x) + RMSNorm_fy(y))`` (3·D parameters).
 
     Args:
         dim: model width ``D``; eps: RMSNorm epsilon.
     Shapes:
-        e ``[B, T, D]``; streams ``(x, y)`` -> ``[B, T, D]``.
+        e ``[B, T, D]``; state with streams ``(x, y)`` -> ``[B, T, D]``.
     """
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
@@ -174,23 +194,36 @@ class SiameseReadout(nn.Module):
         self.y_norm = RMSNorm(dim, eps)
         self.norm = RMSNorm(dim, eps)
 
-    def start(self, e: torch.Tensor) -> Streams:
-        return (e, e)
+    @classmethod
+    def from_config(cls, config, layer_idx: int | None = None) -> nn.Module:
+        """The model-level ends matching :meth:`SiameseResidual.from_config` (``layer_idx`` unused)."""
+        if not config.use_siamesenorm:
+            return PreNormReadout(config.hidden_size, config.rms_norm_eps)
+        return cls(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, streams: Streams) -> torch.Tensor:
-        x, y = streams
+    def start(self, e: torch.Tensor) -> ResidualState:
+        return ResidualState(streams=(e, e))
+
+    def hidden(self, state: ResidualState) -> torch.Tensor:
+        x, y = state.streams
         return self.norm(self.x_norm(x) + self.y_norm(y))
+
+    def forward(self, state: ResidualState) -> torch.Tensor:
+        return self.hidden(state)
 
 
 class PreNormReadout(nn.Module):
-    """Model-level ends of the standard topology: ``start(e) = (e,)``, ``forward = RMSNorm_f(h)``."""
+    """Model-level ends of the standard topology: ``start(e)`` holds ``(e,)``, ``hidden = RMSNorm_f(h)``."""
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.norm = RMSNorm(dim, eps)
 
-    def start(self, e: torch.Tensor) -> Streams:
-        return (e,)
+    def start(self, e: torch.Tensor) -> ResidualState:
+        return ResidualState(streams=(e,))
 
-    def forward(self, streams: Streams) -> torch.Tensor:
-        return self.norm(streams[0])
+    def hidden(self, state: ResidualState) -> torch.Tensor:
+        return self.norm(state.streams[0])
+
+    def forward(self, state: ResidualState) -> torch.Tensor:
+        return self.hidden(state)

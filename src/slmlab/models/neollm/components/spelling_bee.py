@@ -1,11 +1,11 @@
 """Spelling Bee embeddings (Rabe, Clymo & Dong, "Spelling Bee Embeddings for Language Modeling",
-arXiv 2601.18030), residual spec §9.3.
+arXiv 2601.18030), docs/neollm.md#spelling-bee.
 
 ``e(t) = ½ (e_tok(t) + n_t^{-1/2} Σ_{i=1..n_t} RoPE(E_byte[b_{t,i}], i))`` with ``b_{t,i}`` the UTF-8
 bytes of token ``t`` (at most 16), ``n_t`` their count and ``E_byte`` a shared ``256 × D`` table.
 The intra-token RoPE is full-width, rotate-half, ``θ_j = 10000^{-2j/D}`` (not ``rope_theta``), byte
-position ``i`` 1-based [I]. Ids with ``n_t = 0`` (specials, ids the tokenizer lacks) keep
-``e_tok(t)`` unchanged, without halving [I].
+position ``i`` 1-based (our decision). Ids with ``n_t = 0`` (specials, ids the tokenizer lacks) keep
+``e_tok(t)`` unchanged, without halving (our decision).
 """
 
 from __future__ import annotations
@@ -47,6 +47,13 @@ class SpellingBee(nn.Module):
         self.register_buffer("table_ready", torch.zeros((), dtype=torch.bool))
         self.table_version = 0  # bumped whenever the table changes (invalidates baked tables)
         self._ready = False
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int | None = None) -> nn.Module:
+        """Spelling Bee when ``use_spelling_bee_embeddings``, else :class:`NoSpellingBee` (``layer_idx`` unused)."""
+        if not config.use_spelling_bee_embeddings:
+            return NoSpellingBee()
+        return cls(config.vocab_size, config.hidden_size)
 
     # -- the byte table ----------------------------------------------------------------------
     def set_byte_table(self, tokenizer) -> None:

@@ -1,5 +1,5 @@
-"""NeoLLM attention side (attention spec A): the ``NeoLLMAttention`` block, its per-layer decoding
-state, and one module per mechanism.
+"""NeoLLM attention side (``docs/neollm-attention.md``): the ``NeoLLMAttention`` block, its per-layer
+decoding state, the attention-function entries, and one module per mechanism.
 
 Modules with special initialisations (IHA identity mixes, GRAPE ``s = 0``, Hadamard α/β, REPO
 truncated normals, value-residual λ) expose ``reset_parameters_with(init_module)``; the model's
@@ -8,7 +8,8 @@ overwritten.
 """
 
 from .block import UNBUILT_FLAGS, NeoLLMAttention, check_built
-from .core import AttentionCore
+from .core import AttentionCore, automatic_window, training_window
+from .functions import ATTENTION_FUNCTIONS, AttentionCall, softmax_attention
 from .iha import IHACollapse, IHAMix, NoIHAMix, SingleSlot
 from .momentum import MomentumShear, NoMomentum
 from .output import HadamardOutput, OutputGate, dense_output, fwht, hadamard_matrix
@@ -19,6 +20,8 @@ from .value_residual import NoValueResidual, ValueResidualMix, ValueResidualSour
 from .xsa import ExclusiveSelfAttention, NoXSA
 
 __all__ = [
+    "ATTENTION_FUNCTIONS",
+    "AttentionCall",
     "AttentionCore",
     "ExclusiveSelfAttention",
     "FixedSpectrum",
@@ -48,4 +51,7 @@ __all__ = [
     "make_value_residual",
     "rope_frequencies",
     "rotate_channels",
+    "softmax_attention",
+    "automatic_window",
+    "training_window",
 ]

@@ -1,15 +1,19 @@
-"""Attention core of a NeoLLM layer (A§4.12 with the IHA layout of A§4.3): cache append, masks,
-``F.scaled_dot_product_attention``, ``attention_dropout``.
+"""Attention core of a NeoLLM layer (``docs/neollm-attention.md#attention-core``): the bookkeeping
+around one attention function (cache append, token-level masks over the IHA pseudo-tokens, the
+local window, the blocked local path); the score -> probability -> value step itself is an entry of
+:data:`~.functions.ATTENTION_FUNCTIONS` chosen at construction.
 
 Scores ``s_ij = q_i·k_j / √D``; query head ``h`` reads KV head ``h // G`` (GQA through
 ``enable_gqa``, no copies). Pseudo-tokens ``(t, p)`` sit at index ``t·P + p``; visibility is
 token-level: ``(t, p)`` sees ``(s, p')`` iff token ``s`` is visible to token ``t`` (causal, padding,
-and on local 'L' layers ``t − s < W``). One boolean SDPA mask carries all of it, so training with
-``attention_dropout`` uses SDPA's own ``dropout_p`` (FlexAttention has none, A§2).
+and on local 'L' layers ``t − s < W``). One boolean mask carries all of it, so training with
+``attention_dropout`` uses SDPA's own ``dropout_p``.
 
-IHA window [I] (A§4.3 freeze rule): an int ``iha_sliding_window`` wins; otherwise the window stored
-in the layer state; otherwise ``max(1, T // (2P²))`` of this call, which a cached call stores so that
-every later decoding step reuses it.
+Local window ``W`` (``docs/neollm-attention.md#local-window``): an int ``iha_sliding_window`` wins;
+otherwise the window stored in the layer state; otherwise ``max(1, T // (2P²))`` of this call, which a
+cached call stores so that every later decoding step reuses it. ``slmlab train`` writes the training
+window into the config (``NeoLLMPreTrainedModel.prepare_for_training``), so a trained model never
+reaches the last rule; a model that does logs one warning naming the frozen ``W``.
 
 A local layer over a fresh sequence longer than ``2W`` runs block by block (``local_blocks.py``,
 ``2TWP²`` scores instead of ``T²P²``); decoding steps and chunks after a cache use the masked path
@@ -18,12 +22,32 @@ over the last ``T + W − 1`` cached tokens only (older keys are outside every q
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
-from .....layers.attention import sdpa
 from .....layers.masks import AttentionBias, causal_bias
+from .functions import AttentionCall, AttentionFunction, softmax_attention
+from .functions import from_config as attention_function_from_config
 from .local_blocks import blocked_local_attention
+
+logger = logging.getLogger(__name__)
+
+
+def automatic_window(seq_len: int, pseudo_heads: int) -> int:
+    """IHA's FLOP-matching window for a sequence of ``seq_len`` tokens: ``max(1, T // (2P²))``."""
+    return max(1, int(seq_len) // (2 * pseudo_heads**2))
+
+
+def training_window(config, seq_len: int) -> int | None:
+    """The window the local layers of ``config`` use when trained on ``seq_len``-token sequences, or
+    None when there is nothing to resolve (the config fixes the window, or no layer is local)."""
+    if config.iha_sliding_window is not None:
+        return None
+    if not any(config.iha_kind(i) == "local" for i in range(config.num_hidden_layers)):
+        return None
+    return automatic_window(seq_len, config.iha_num_pseudo_heads)
 
 
 class AttentionCore(nn.Module):
@@ -32,17 +56,46 @@ class AttentionCore(nn.Module):
         local: this is a local 'L' IHA layer (sliding window).
         window: ``iha_sliding_window`` (int) or None (automatic, frozen by the cache).
         dropout: ``attention_dropout`` on the probabilities, training only.
+        attend: the attention function (an entry of ``ATTENTION_FUNCTIONS``).
+        warn_on_freeze: log one warning the first time this core freezes an automatic window from a
+            cache prefill (the model sets it on its first local layer only).
     Shapes:
         q ``[B, T, H, P, D]``, k, v ``[B, T, H_kv, P, D]``, attention_mask ``[B, past + T]`` or None
         -> o ``[B, T, H, P, D]``.
     """
 
-    def __init__(self, pseudo_heads: int, local: bool, window: int | None, dropout: float) -> None:
+    def __init__(
+        self,
+        pseudo_heads: int,
+        local: bool,
+        window: int | None,
+        dropout: float,
+        attend: AttentionFunction = softmax_attention,
+        warn_on_freeze: bool = False,
+    ) -> None:
         super().__init__()
         self.pseudo_heads = pseudo_heads
         self.local = local
         self.window = window
         self.dropout = float(dropout)
+        self.attend = attend
+        self.warn_on_freeze = warn_on_freeze
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> "AttentionCore":
+        """The core of layer ``layer_idx``: its ``P_eff``, whether it is local, the window, dropout
+        and attention function."""
+        kind = config.iha_kind(layer_idx)
+        p = config.iha_num_pseudo_heads if kind in ("local", "global") else 1
+        first_local = next((i for i in range(config.num_hidden_layers) if config.iha_kind(i) == "local"), None)
+        return cls(
+            p,
+            kind == "local",
+            config.iha_sliding_window,
+            config.attention_dropout,
+            attention_function_from_config(config, layer_idx),
+            warn_on_freeze=layer_idx == first_local,
+        )
 
     def resolve_window(self, q_len: int, state) -> int | None:
         """The window ``W`` this call uses (None on global layers)."""
@@ -52,10 +105,24 @@ class AttentionCore(nn.Module):
             return int(self.window)
         if state is not None and state.window is not None:
             return state.window
-        w = max(1, q_len // (2 * self.pseudo_heads**2))
+        w = automatic_window(q_len, self.pseudo_heads)
         if state is not None:
             state.window = w
+            self._warn_frozen(w, q_len)
         return w
+
+    def _warn_frozen(self, window: int, q_len: int) -> None:
+        if not self.warn_on_freeze:
+            return
+        self.warn_on_freeze = False
+        logger.warning(
+            "NeoLLM: iha_sliding_window is None, so the local IHA layers froze their window to W=%d from this "
+            "%d-token prefill (max(1, T // (2P^2))); a model trained on longer sequences used a larger window, "
+            "so this decode is a different function. Fix: set config.iha_sliding_window to the training window "
+            "(slmlab train writes it; or call model.prepare_for_training(seq_len) before saving).",
+            window,
+            q_len,
+        )
 
     def bias(self, attention_mask, q_len: int, kv_len: int, window: int | None, device) -> AttentionBias:
         """Token-level causal/window/padding bias, expanded to the interleaved pseudo-tokens."""
@@ -79,7 +146,7 @@ class AttentionCore(nn.Module):
             if state is not None:  # prefill: the cache still gets every key/value
                 state.update(*(x.permute(0, 2, 1, 3, 4).reshape(b, x.shape[2], t * p, d) for x in (k, v)))
             mask = None if attention_mask is None else attention_mask[:, -t:]
-            return blocked_local_attention(q, k, v, mask, window, dropout)
+            return blocked_local_attention(q, k, v, mask, window, dropout, self.attend)
         qs = q.permute(0, 2, 1, 3, 4).reshape(b, h, t * p, d)
         ks = k.permute(0, 2, 1, 3, 4).reshape(b, k.shape[2], t * p, d)
         vs = v.permute(0, 2, 1, 3, 4).reshape(b, v.shape[2], t * p, d)
@@ -94,6 +161,6 @@ class AttentionCore(nn.Module):
         if window is not None and kv_len > t + window - 1:  # keys older than every query's window: skip them
             kv_len = t + window - 1
             ks, vs = ks[:, :, -kv_len * p :], vs[:, :, -kv_len * p :]
-        bias = self.bias(attention_mask, t, kv_len, window, q.device)
-        out = sdpa(qs, ks, vs, bias, dropout)
+        call = AttentionCall(self.bias(attention_mask, t, kv_len, window, q.device), dropout)
+        out = self.attend(qs, ks, vs, call)
         return out.view(b, h, t, p, d).permute(0, 2, 1, 3, 4)

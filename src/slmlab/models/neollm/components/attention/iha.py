@@ -1,7 +1,7 @@
 """Interleaved Head Attention (Duvvuri, Ekbote, Bansal, Tiwari, Khatri, Brandfonbrener, Liang,
-Dhillon, Zaheer, "Interleaved Head Attention", arXiv 2602.21371), A§4.3.
+Dhillon, Zaheer, "Interleaved Head Attention", arXiv 2602.21371), docs/neollm-attention.md#iha.
 
-Mixing [I]: every head gets ``P`` pseudo-heads, each a learned combination of all heads,
+Mixing (our decision, docs/neollm-attention.md#iha): every head gets ``P`` pseudo-heads, each a learned combination of all heads,
 ``q̃[t,h,p] = Σ_{h'} A_Q[h,p,h'] q[t,h']`` (K/V mixed within the ``H_c`` K/V heads, keeping the GQA
 ratio). The pseudo-tokens are interleaved along the sequence (index ``t·P + p``) and attend with a
 token-level mask (``core.py``); the collapse ``o[t,h] = Σ_{h',p} R[h,h',p] o[t,h',p]`` returns one
@@ -34,6 +34,15 @@ class IHAMix(nn.Module):
         self.k_mix = nn.Parameter(_identity_mix(num_kv_heads, pseudo_heads))
         self.v_mix = nn.Parameter(_identity_mix(num_kv_heads, pseudo_heads))
 
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """Mixing into ``P_eff`` pseudo-heads on IHA layers, :class:`NoIHAMix` elsewhere."""
+        kind = config.iha_kind(layer_idx)
+        if kind == "none":
+            return NoIHAMix()
+        p = config.iha_num_pseudo_heads if kind in ("local", "global") else 1
+        return cls(config.num_attention_heads, config.num_key_value_heads, p)
+
     def reset_parameters_with(self, init_module) -> None:
         for p in (self.q_mix, self.k_mix, self.v_mix):
             init_module.copy_(p, _identity_mix(p.shape[0], p.shape[1]).to(p.device, p.dtype))
@@ -62,6 +71,13 @@ class IHACollapse(nn.Module):
     def __init__(self, num_heads: int, pseudo_heads: int) -> None:
         super().__init__()
         self.collapse = nn.Parameter(self._identity(num_heads, pseudo_heads))
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """The collapse on layers with ``P_eff > 1`` ('L', and 'G' with IHA), :class:`SingleSlot` elsewhere."""
+        if config.iha_kind(layer_idx) not in ("local", "global") or config.iha_num_pseudo_heads == 1:
+            return SingleSlot()
+        return cls(config.num_attention_heads, config.iha_num_pseudo_heads)
 
     @staticmethod
     def _identity(heads: int, slots: int) -> torch.Tensor:

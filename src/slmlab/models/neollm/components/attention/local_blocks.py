@@ -4,15 +4,20 @@ With window ``W`` a query token ``t`` sees keys ``s`` with ``t − W < s ≤ t``
 blocks of ``C = W`` tokens: every query of block ``i`` finds all its keys inside blocks ``i − 1`` and
 ``i``. Attention then runs per block over ``C·P`` pseudo-queries and ``2C·P`` pseudo-keys, costing
 ``2·T·W·P²`` scores instead of ``T²·P²`` — a quarter with the automatic ``W = T/(2P²)`` at P = 2,
-i.e. the ``O(H N² d / 2)`` of IHA local layers (Duvvuri et al., arXiv 2602.21371, §5.1). The mask
+i.e. the ``O(H N² d / 2)`` of IHA local layers (Duvvuri et al., arXiv 2602.21371, section 5.1). The mask
 (causal, window, padding, token-level over the P slots) is the same relative pattern in every block.
 Exactly the same softmax as the full masked attention on every row that sees at least one key.
+The score -> probability -> value step is the layer's attention function (``functions.py``), so
+every entry of :data:`~.functions.ATTENTION_FUNCTIONS` runs on this path unchanged.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from .....layers.masks import AttentionBias
+from .functions import AttentionCall, AttentionFunction, softmax_attention
 
 
 def blocked_local_attention(
@@ -22,6 +27,7 @@ def blocked_local_attention(
     attention_mask: torch.Tensor | None,
     window: int,
     dropout_p: float = 0.0,
+    attend: AttentionFunction = softmax_attention,
 ) -> torch.Tensor:
     """Sliding-window attention of a fresh sequence (no cached keys), block by block.
 
@@ -30,6 +36,7 @@ def blocked_local_attention(
         attention_mask: ``[B, T]`` (1 = real token) or None.
         window: ``W >= 1`` tokens.
         dropout_p: attention-probability dropout.
+        attend: the attention function (an entry of ``ATTENTION_FUNCTIONS``).
     Returns:
         ``[B, T, H, P, D]``.
     """
@@ -55,13 +62,12 @@ def blocked_local_attention(
     allowed = allowed | ~allowed.any(-1, keepdim=True)  # rows of padding that see nothing: keep SDPA finite
     allowed = allowed.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)
     # Blocks folded into the batch: 4-D inputs keep SDPA on its fused kernels.
-    out = F.scaled_dot_product_attention(
+    call = AttentionCall(AttentionBias(allowed.reshape(b * nb, 1, c * p, 2 * c * p), False), dropout_p)
+    out = attend(
         qb.reshape(b * nb, h, c * p, d),
         key_blocks(k).reshape(b * nb, hk, 2 * c * p, d),
         key_blocks(v).reshape(b * nb, hk, 2 * c * p, d),
-        attn_mask=allowed.reshape(b * nb, 1, c * p, 2 * c * p),
-        dropout_p=dropout_p,
-        enable_gqa=h != hk,
+        call,
     )
     out = out.view(b, nb, h, c, p, d).permute(0, 1, 3, 2, 4, 5).reshape(b, nb * c, h, p, d)
     return out[:, :t]

@@ -1,8 +1,8 @@
 """Momentum Attention (Maitra, "Momentum Attention: The Physics of In-Context Learning and Spectral
-Forensics for Mechanistic Interpretability", arXiv 2602.04902), A§4.10.
+Forensics for Mechanistic Interpretability", arXiv 2602.04902), docs/neollm-attention.md#momentum.
 
 A causal first-difference shear of the rotated q and k along the token axis:
-``q̂_t = q_t + γ·m_t·(q_t − q_{t−1})`` (same for k; values untouched). [I] boundary: ``m_t = 0`` when
+``q̂_t = q_t + γ·m_t·(q_t − q_{t−1})`` (same for k; values untouched). Boundary (our decision): ``m_t = 0`` when
 the token has no predecessor in its own sequence — the first token of the stream, or
 ``position_ids[t] == 0`` (left padding, packed sequences) — else 1. In decoding the previous
 token's rotated, pre-shear q/k come from the layer state, so decode == prefill exactly.
@@ -25,6 +25,11 @@ class MomentumShear(nn.Module):
     def __init__(self, gamma: float) -> None:
         super().__init__()
         self.gamma = float(gamma)
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """The shear with ``momentum_gamma`` when ``use_momentum_attention``, else :class:`NoMomentum`."""
+        return cls(config.momentum_gamma) if config.use_momentum_attention else NoMomentum()
 
     def forward(self, q, k, position_ids, state=None):
         b = q.shape[0]

@@ -1,10 +1,10 @@
 """The end of a NeoLLM attention block: the gated-attention output gate and the output projection.
 
 * :class:`OutputGate` — Qiu et al., "Gated Attention for Large Language Models", arXiv 2505.06708
-  (A§4.16): ``o ⊙ σ(gate)``, the gate being the second half of each head's ``q_proj`` slice [I];
+  (docs/neollm-attention.md#order-of-operations): ``o ⊙ σ(gate)``, the gate being the second half of each head's ``q_proj`` slice (our decision);
   always on (no flag), no parameters of its own.
 * :class:`HadamardOutput` — Aggarwal & Kumar, "Rethinking Attention Output Projection: Structured
-  Hadamard Transforms for Efficient Transformers", arXiv 2603.08343 (A§4.17):
+  Hadamard Transforms for Efficient Transformers", arXiv 2603.08343 (docs/neollm-attention.md#order-of-operations):
   ``y = α ⊙ FWHT(o)/√n + β`` with the unnormalised Sylvester Walsh–Hadamard transform, ``n = H·D``.
 * :func:`dense_output` — the dense ``o_proj`` with row + column learnable multipliers.
 """
@@ -21,6 +21,11 @@ from ..multipliers import multiplied_linear
 
 class OutputGate(nn.Module):
     """Shapes: o, gate ``[B, T, H, D]`` -> ``[B, T, H, D]``."""
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> "OutputGate":
+        """Always on (no flag)."""
+        return cls()
 
     def forward(self, o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         return o * torch.sigmoid(gate)
@@ -80,6 +85,14 @@ class HadamardOutput(nn.Module):
         self.alpha = nn.Parameter(torch.ones(hidden_size))
         self.beta = nn.Parameter(torch.zeros(hidden_size))
         self._matrix: torch.Tensor | None = None
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """The Hadamard output when ``use_hadamard_o_proj``, else the dense ``o_proj`` (its twin)."""
+        width = config.num_attention_heads * config.head_dim
+        if not config.use_hadamard_o_proj:
+            return dense_output(width, config.hidden_size, config.use_learnable_multipliers, config.attention_bias)
+        return cls(width, config.hidden_size)
 
     def reset_parameters_with(self, init_module) -> None:
         init_module.ones_(self.alpha)

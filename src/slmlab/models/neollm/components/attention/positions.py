@@ -1,4 +1,4 @@
-"""Positional operators of a NeoLLM attention layer (step 6 of A§1): one module per layer kind.
+"""Positional operators of a NeoLLM attention layer (step 6 of docs/neollm-attention.md#order-of-operations): one module per layer kind.
 
 * :class:`IntegerRoPE` — partial RoPE on integer positions (Su et al., RoFormer, arXiv 2104.09864):
   angle ``φ_{t,i} = pos_t · θ_i`` on the first ``r_d`` channels (layers below ``repo_start_layer``).
@@ -7,7 +7,7 @@
   ``q_iᵀ R(z_j − z_i) k_j``; with REPO-GRAPE (Zhang et al., GRAPE, arXiv 2512.07805) the spectrum is
   learned too, ``θ_{g,i} = θ⁰_i · exp(s_{g,i})``.
 
-[I] decisions (A§4.7-4.8): ``z`` and the spectrum are per **KV head** (query head ``h`` uses its
+Decisions (docs/neollm-attention.md#positions): ``z`` and the spectrum are per **KV head** (query head ``h`` uses its
 group ``h // G``), so every cached key keeps one rotation under GQA; ``z`` is read from the block
 input ``x`` (not the FAN features) and computed in fp32; planes are the rotate-half pairs.
 Every IHA pseudo-slot of a token uses that token's own position.
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .rotation import FrequencyTable, cos_sin, rotate_channels
+from .rotation import FrequencyTable, cos_sin, rope_frequencies, rotate_channels
 
 
 class IntegerRoPE(nn.Module):
@@ -138,6 +138,23 @@ class RepoRotation(nn.Module):
         self.scaling = scaling
         self.coords = RepoCoordinates(hidden_size, d_p, num_kv_heads, init_std)
         self.spectrum = GrapeSpectrum(num_kv_heads, len(freqs)) if learned_spectrum else FixedSpectrum()
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """REPO (or REPO-GRAPE) from ``repo_start_layer`` on, integer partial RoPE below it."""
+        freqs, scaling = rope_frequencies(config)
+        if not config.is_repo_layer(layer_idx):
+            return IntegerRoPE(freqs, scaling)
+        return cls(
+            config.hidden_size,
+            config.repo_d_p,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            freqs,
+            scaling,
+            bool(config.use_repo_grape),
+            config.initializer_range,
+        )
 
     def forward(self, x, position_ids, q, k):
         z = self.coords(x)  # [B, T, H_kv]

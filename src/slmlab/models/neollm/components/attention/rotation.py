@@ -1,5 +1,5 @@
 """Rotations of the first ``r_d`` channels of every head: the shared maths of integer partial RoPE
-(A§4.6), REPO (A§4.7) and REPO-GRAPE (A§4.8).
+(docs/neollm-attention.md#positions), REPO (docs/neollm-attention.md#positions) and REPO-GRAPE (docs/neollm-attention.md#positions).
 
 Rotate-half convention (HF): channel pair ``(i, i + r_d/2)`` of the rotated part turns by the angle
 ``φ_i``; channels ``[r_d:]`` pass through. The angle is ``pos · θ_i`` for integer RoPE and ``z · θ_i``

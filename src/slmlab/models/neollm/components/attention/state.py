@@ -1,4 +1,4 @@
-"""Per-layer decoding state of a NeoLLM attention layer (A§3).
+"""Per-layer decoding state of a NeoLLM attention layer (docs/neollm-attention.md#decoding-state).
 
 What crosses time in one layer: the final keys/values (post IHA mixing, rotation and shear), the
 momentum one-token state (the last rotated, pre-shear q and k plus a has-predecessor flag) and the

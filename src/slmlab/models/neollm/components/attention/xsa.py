@@ -1,4 +1,4 @@
-"""Exclusive Self Attention (Zhai, "Exclusive Self Attention", arXiv 2603.09078), A§4.14.
+"""Exclusive Self Attention (Zhai, "Exclusive Self Attention", arXiv 2603.09078), docs/neollm-attention.md#momentum.
 
 Each head's output loses its component along the token's own value:
 ``z_{t,h} = y_{t,h} − (y_{t,h}·v_ref)/(‖v_ref‖² + ε) · v_ref`` with ``v_ref = v_raw[t, h // G]``,
@@ -24,6 +24,13 @@ class ExclusiveSelfAttention(nn.Module):
         super().__init__()
         self.groups = num_heads // num_kv_heads
         self.eps = float(eps)
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """XSA when ``use_xsa``, else :class:`NoXSA`."""
+        if not config.use_xsa:
+            return NoXSA()
+        return cls(config.num_attention_heads, config.num_key_value_heads, config.xsa_eps)
 
     def forward(self, o: torch.Tensor, v_ref: torch.Tensor) -> torch.Tensor:
         b, t, h, d = o.shape

@@ -1,0 +1,91 @@
+"""What travels through one NeoLLM forward: the per-forward context every layer reads, the
+cross-layer residual state the residual flow owns, and the interface a residual flow implements
+(``docs/neollm-residual.md#residual-state-and-flows``).
+
+* :class:`ForwardContext` — built once per forward by the model and passed, as one argument, to
+  every decoder layer and its attention: token ids, positions, the padding mask and a sink for
+  auxiliary losses (JTok-M's balance loss, for instance, adds itself there).
+* :class:`ResidualState` — everything that crosses layers: the residual stream(s), the value
+  residual's ``v0`` (layer 0's values), and room for AttnRes' depth sources and StackMemory's stack.
+  A new cross-layer mechanism adds a field here and a flow class, never a return value or a new
+  argument of the decoder layer.
+* :class:`ResidualFlow` / :class:`FlowEnds` — the two halves of a residual flow. The per-layer half
+  (``attn_input / add / mlp_input``) owns the norms around one layer's sublayers; the model-level half
+  (``start / hidden``) turns the embedding into the first state and the last state into the final
+  hidden state. They are separate modules because their parameters live under
+  ``model.layers.N.residual`` and ``model.readout`` (state-dict keys that saved checkpoints use).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class ForwardContext:
+    """Per-forward values shared by every layer.
+
+    Args:
+        position_ids: ``[B, T]`` positions of the current tokens (counted over real tokens).
+        attention_mask: ``[B, past + T]`` (1 = real token) or None.
+        input_ids: ``[B, T]`` or None (``inputs_embeds`` forwards).
+        aux_losses: auxiliary losses added by mechanisms during this forward (scalars).
+    """
+
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor | None = None
+    input_ids: torch.Tensor | None = None
+    aux_losses: list[torch.Tensor] = field(default_factory=list)
+
+    def add_aux_loss(self, loss: torch.Tensor) -> None:
+        """Record an auxiliary loss (the caller weights it before adding)."""
+        self.aux_losses.append(loss)
+
+
+@dataclass
+class ResidualState:
+    """The cross-layer state of one forward, owned by the residual flow.
+
+    Attributes:
+        streams: residual streams, each ``[B, T, D]``: ``(x, y)`` under SiameseNorm, ``(h,)`` for the
+            standard pre-norm topology. ``streams[-1]`` is what hidden-state outputs record.
+        v0: layer 0's values ``[B, T, H_kv, D]`` for the value residual (None when it is off).
+        sources: AttnRes' per-block depth sources (empty until AttnRes is built).
+        stack: StackMemory's stack (None until StackMemory is built).
+    """
+
+    streams: tuple[torch.Tensor, ...]
+    v0: torch.Tensor | None = None
+    sources: list[torch.Tensor] = field(default_factory=list)
+    stack: Any = None
+
+
+@runtime_checkable
+class ResidualFlow(Protocol):
+    """The per-layer half of a residual flow: the decoder layer's only view of the residual rule.
+
+    ``attn_input`` / ``mlp_input`` update the state's streams (e.g. post-norm the bounded stream) and
+    return the sublayer input ``u [B, T, D]``; ``add`` folds a sublayer's output into the streams.
+    """
+
+    def attn_input(self, state: ResidualState) -> torch.Tensor: ...
+
+    def add(self, state: ResidualState, update: torch.Tensor) -> None: ...
+
+    def mlp_input(self, state: ResidualState) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class FlowEnds(Protocol):
+    """The model-level half of a residual flow: ``start(e)`` builds the first state from the
+    embedding ``e [B, T, D]``; ``hidden(state)`` gives the final, normalised hidden state."""
+
+    def start(self, e: torch.Tensor) -> ResidualState: ...
+
+    def hidden(self, state: ResidualState) -> torch.Tensor: ...
+
+
+__all__ = ["FlowEnds", "ForwardContext", "ResidualFlow", "ResidualState"]
