@@ -244,3 +244,15 @@ def test_in_training_evaluation_sees_the_current_weights(tmp_path):
     load_model_weights(fresh, trainer.last_checkpoint())
     again = evaluate_source(fresh.eval(), ToySource(), "validation", 4, 2)
     assert trainer.state.last_eval["loss"] == pytest.approx(again["loss"], rel=1e-6)
+
+
+# -- the autocast choice ---------------------------------------------------------------------------
+def test_one_autocast_choice_for_trainer_and_evaluator():
+    from slmlab.train.precision import autocast_factory
+
+    assert autocast_factory("cpu") is None and autocast_factory("cpu", "fp32") is None
+    assert autocast_factory("cuda:0", "fp32") is None and autocast_factory("cuda:0") is not None
+    with autocast_factory("cpu", "bf16")():
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="precision"):
+        autocast_factory("cpu", "fp8")

@@ -16,10 +16,10 @@ def eval_command(argv: list[str]) -> int:
     The tokenizer saved with the checkpoint is used; block size and data cache default to the
     run's own (run.yaml beside the weights). Synthetic tasks also print accuracy per group.
     """
-    import torch
     import yaml
 
     from ..train.cli import _load_for_inference
+    from ..train.precision import autocast_factory
     from ..train.run import open_data
     from ..train.trainer import family_forward_inputs
     from .lm import evaluate_source
@@ -48,10 +48,8 @@ def eval_command(argv: list[str]) -> int:
     cache = run_cfg.get("data_cache")
     source = open_data(data, tokenizer, block, Path(cache) if cache else None, run_cfg.get("data_errors", "strict"),
                        run_cfg.get("seed", 0))
-    use_bf16 = dev.type == "cuda"
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else None
     result = evaluate_source(model, source, args.split, args.batch_size, args.max_batches,
-                             family_forward_inputs(model), dev, autocast)
+                             family_forward_inputs(model), dev, autocast_factory(dev))
     result = {"checkpoint": str(ckpt), "data": data, "split": args.split, **result}
     if args.json:
         print(json.dumps(result))

@@ -49,7 +49,8 @@ def evaluate_batches(
             ``attention_mask``, ``group [B]`` and family extras.
         forward_inputs: names of family-specific inputs to pass through.
         device: where to run.
-        autocast: a context-manager factory (e.g. bf16 autocast) or None.
+        autocast: a context-manager factory or None (fp32); the trainer and ``slmlab eval`` pass
+            ``slmlab.train.precision.autocast_factory(device, precision)``, one choice for both.
     Returns:
         ``{"loss", "ppl", "tokens", "acc", "token_acc", "exact", "examples"}`` plus
         ``acc_by_group`` when batches carry ``group``.

@@ -23,6 +23,7 @@ from .config import RunConfig
 from .distributed import DistInfo, all_reduce_mean, barrier, broadcast_flag
 from .metrics import MetricsLogger
 from .optim import build_optimizer, lr_factor, set_lr
+from .precision import autocast_factory
 
 
 class TrainingDiverged(RuntimeError):
@@ -106,8 +107,7 @@ class Trainer:
             self.train_model = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=cfg.ddp_find_unused)
         if cfg.compile:
             self.train_model = torch.compile(self.train_model)
-        use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
-        self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if use_bf16 else None
+        self.autocast = autocast_factory(self.device, cfg.precision)
         self.n_params = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
 
     # -- state ---------------------------------------------------------------------------------
