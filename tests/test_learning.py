@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slmlab.train.cli import train_command
+from slmlab.commands.train import train_command
 
 pytestmark = pytest.mark.slow  # ~2 min on one core
 

@@ -15,10 +15,11 @@ import torch
 from safetensors.torch import save_file
 
 import slmlab
+from slmlab.commands.eval import eval_command
+from slmlab.commands.generate import generate_command
+from slmlab.commands.train import train_command
 from slmlab.data import TASKS
 from slmlab.train.checkpoint import load_model_weights, resolve_checkpoint
-from slmlab.train.cli import generate_command, train_command
-from slmlab.evaluate.cli import eval_command
 
 pytestmark = pytest.mark.slow  # ~2 min on 2 shared cores: trains families x data sets
 
@@ -89,7 +90,7 @@ def test_eval_command_matches_the_run(runs, capsys):
 
 
 def test_generate_command_streams_for_every_family(runs, capsys):
-    for (name, data), (run_dir, _) in runs.items():
+    for (_name, data), (run_dir, _) in runs.items():
         capsys.readouterr()
         if data == "text":
             assert generate_command([str(run_dir), "--prompt", "thou art", "--max-new-tokens", "5", "--seed", "1"]) == 0
@@ -122,7 +123,7 @@ def test_checkpoints_reload_in_a_fresh_process(runs, tmp_path):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     items = []
-    for i, ((name, data), (run_dir, _)) in enumerate(runs.items()):
+    for i, (run_dir, _) in enumerate(runs.values()):
         ckpt = resolve_checkpoint(run_dir)
         # the reference: a normally built model (not from_pretrained's meta-device path) with the weights
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(ckpt)))

@@ -1,99 +1,24 @@
 """The ``slmlab`` command line: one table from command to function.
 
-Each function takes ``argv`` (the words after the command), parses them with argparse, and its
-docstring is the command's help. ``tests/test_cli.py`` keeps this table and the README in sync.
+Each function lives in its own module of :mod:`slmlab.commands`, takes ``argv`` (the words after
+the command), parses them with argparse, and its docstring is the command's help. Expected failures
+(``ValueError``, ``TypeError``, ``FileNotFoundError``) print ``slmlab <command>: error: ...`` and
+exit with status 2. ``tests/test_cli.py`` keeps this table and the README in sync.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
 COMMANDS: dict[str, str] = {
-    "models": "slmlab.cli:models_command",
-    "audit": "slmlab.cli:audit_command",
-    "train": "slmlab.train.cli:train_command",
-    "eval": "slmlab.evaluate.cli:eval_command",
-    "generate": "slmlab.train.cli:generate_command",
-    "tokenizer": "slmlab.train.cli:tokenizer_command",
+    "models": "slmlab.commands.models:models_command",
+    "audit": "slmlab.commands.audit:audit_command",
+    "train": "slmlab.commands.train:train_command",
+    "eval": "slmlab.commands.eval:eval_command",
+    "generate": "slmlab.commands.generate:generate_command",
+    "tokenizer": "slmlab.commands.tokenizer:tokenizer_command",
 }
-
-
-def _parser(func, argv_prog: str) -> argparse.ArgumentParser:
-    doc = (func.__doc__ or "").strip()
-    head, _, rest = doc.partition("\n")
-    return argparse.ArgumentParser(prog=f"slmlab {argv_prog}", description=head, epilog=rest.strip() or None,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-
-
-def _parse_overrides(items: list[str]) -> dict:
-    import yaml
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise SystemExit(f"expected key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        out[key] = yaml.safe_load(value)
-    return out
-
-
-def models_command(argv: list[str]) -> int:
-    """List the model families and their presets with parameter counts.
-
-    Parameter counts are computed by building each preset (on the meta device, so it is instant).
-    """
-    import torch
-
-    import slmlab
-
-    p = _parser(models_command, "models")
-    p.add_argument("--family", help="only this family")
-    args = p.parse_args(argv)
-    for name, fam in sorted(slmlab.families().items()):
-        if args.family and name != args.family:
-            continue
-        print(f"{name:<12} {fam.description}")
-        for preset in fam.presets or {"(defaults)": {}}:
-            cfg = fam.make_config(preset if preset in fam.presets else None)
-            with torch.device("meta"):
-                model = fam.model_class(cfg)
-            n = sum(q.numel() for q in model.parameters())
-            print(f"    {preset:<28}{n:>14,} parameters")
-    return 0
-
-
-def audit_command(argv: list[str]) -> int:
-    """Print the parameter budget of a model, by the family's own categories.
-
-    MODEL is a family (`lumen`), `family:preset`, a preset name, or a saved model folder.
-    Config overrides follow as key=value (e.g. `slmlab audit lumen num_kv_heads=2`).
-    """
-    from pathlib import Path
-
-    import torch
-    from transformers import AutoConfig
-
-    import slmlab
-    from slmlab.evaluate.audit import audit_model, format_audit
-    from slmlab.models.registry import resolve_model_spec
-
-    p = _parser(audit_command, "audit")
-    p.add_argument("model")
-    p.add_argument("overrides", nargs="*", help="config key=value overrides")
-    args = p.parse_args(argv)
-    overrides = _parse_overrides(args.overrides)
-    if Path(args.model).is_dir():
-        cfg = AutoConfig.from_pretrained(args.model, **overrides)
-        fam = slmlab.get_family(cfg.model_type)
-    else:
-        fam, preset = resolve_model_spec(args.model)
-        cfg = fam.make_config(preset, **overrides)
-    with torch.device("meta"):
-        model = fam.model_class(cfg)
-    print(format_audit(audit_model(fam, model), f"Parameter audit: {fam.name} ({type(model).__name__})"))
-    return 0
 
 
 def _resolve(target: str):

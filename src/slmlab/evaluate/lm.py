@@ -14,11 +14,21 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from contextlib import nullcontext
-from typing import Iterable
 
 import torch
 import torch.nn.functional as F
+
+
+def family_forward_inputs(model) -> tuple[str, ...]:
+    """The family's documented extra forward inputs (empty for models outside the registry)."""
+    from ..models.registry import get_family
+
+    try:
+        return tuple(get_family(model.config.model_type).extra_forward_inputs)
+    except ValueError:
+        return ()
 
 
 def model_inputs(batch: dict, forward_inputs: Iterable[str], device: torch.device) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ..evaluate.lm import evaluate_source, model_inputs
+from ..evaluate.lm import evaluate_source, family_forward_inputs, model_inputs
 from .checkpoint import list_checkpoints, load_training_state, save_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, all_reduce_mean, barrier, broadcast_flag
@@ -37,16 +37,6 @@ def resolve_device(spec: str, dist_info: DistInfo | None = None) -> torch.device
             return torch.device("cuda", dist_info.local_rank if dist_info else 0)
         return torch.device("cpu")
     return torch.device(spec)
-
-
-def family_forward_inputs(model) -> tuple[str, ...]:
-    """The family's documented extra forward inputs (empty for models outside the registry)."""
-    from ..models.registry import get_family
-
-    try:
-        return tuple(get_family(model.config.model_type).extra_forward_inputs)
-    except ValueError:
-        return ()
 
 
 @dataclass

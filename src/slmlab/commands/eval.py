@@ -1,10 +1,12 @@
-"""``slmlab eval``: validation loss, perplexity, bits per byte and task accuracy of a checkpoint."""
+"""``slmlab eval``: validation loss, perplexity, bits per byte and task accuracy of a checkpoint
+(the numbers come from :func:`slmlab.evaluate.evaluate_source`)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+
+from ._common import command_parser, load_for_inference
 
 
 def eval_command(argv: list[str]) -> int:
@@ -18,16 +20,11 @@ def eval_command(argv: list[str]) -> int:
     """
     import yaml
 
-    from ..train.cli import _load_for_inference
+    from ..evaluate.lm import evaluate_source, family_forward_inputs
     from ..train.precision import autocast_factory
     from ..train.run import open_data
-    from ..train.trainer import family_forward_inputs
-    from .lm import evaluate_source
 
-    doc = (eval_command.__doc__ or "").strip()
-    head, _, rest = doc.partition("\n")
-    p = argparse.ArgumentParser(prog="slmlab eval", description=head, epilog=rest.strip(),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command_parser(eval_command, "eval")
     p.add_argument("run")
     p.add_argument("--data", default=None, help="data spec (default: the run's own)")
     p.add_argument("--split", default="validation")
@@ -37,7 +34,7 @@ def eval_command(argv: list[str]) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     args = p.parse_args(argv)
-    ckpt, model, tokenizer, dev = _load_for_inference(args.run, args.device)
+    ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
     run_cfg = yaml.safe_load((ckpt / "run.yaml").read_text()) if (ckpt / "run.yaml").is_file() else {}
     data = args.data or run_cfg.get("data")
     if not data:
@@ -63,3 +60,4 @@ def eval_command(argv: list[str]) -> int:
         else:
             print(f"{key:<22}{value}")
     return 0
+

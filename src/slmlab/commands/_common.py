@@ -1,0 +1,68 @@
+"""What every command shares: a parser built from the command's docstring, the split of positional
+words into config files and ``key=value`` overrides, and loading a saved model for inference.
+
+Imports of torch/transformers stay inside the functions: ``slmlab --help`` imports every command
+module and should not pay for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def command_parser(func, name: str) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` for ``slmlab <name>`` whose description is ``func``'s docstring (first
+    line: the summary; the rest, verbatim, below the options)."""
+    doc = (func.__doc__ or "").strip()
+    head, _, rest = doc.partition("\n")
+    return argparse.ArgumentParser(prog=f"slmlab {name}", description=head, epilog=rest.strip() or None,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def split_items(items: list[str]) -> tuple[list[str], list[str]]:
+    """Positional words -> (YAML config files, ``key=value`` overrides)."""
+    files, overrides = [], []
+    for item in items:
+        if "=" in item:
+            overrides.append(item)
+        elif item.endswith((".yaml", ".yml")):
+            files.append(item)
+        else:
+            raise ValueError(f"expected a .yaml config file or key=value, got {item!r}")
+    return files, overrides
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``["num_kv_heads=2", "optim.lr=3e-4"]`` -> a (nested) dict, values parsed as YAML; the same
+    parser the run config uses (:func:`slmlab.train.config.parse_overrides`)."""
+    from ..train.config import parse_overrides as parse
+
+    return parse(list(items))
+
+
+def load_for_inference(path: str | Path, device: str = "auto"):
+    """A saved model ready for inference: ``(checkpoint folder, model in eval mode on the device,
+    tokenizer or None, device)``.
+
+    Args:
+        path: a run folder (its newest checkpoint), a checkpoint folder, or any saved model folder.
+        device: ``auto`` (CUDA when present, else CPU) or a torch device string.
+    Raises:
+        FileNotFoundError / CheckpointError (a ValueError): nothing usable at ``path``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    import slmlab  # noqa: F401  (registers the families with the Auto classes)
+
+    from ..train.checkpoint import _quiet_hf_progress, check_checkpoint, resolve_checkpoint
+    from ..train.trainer import resolve_device
+
+    ckpt = resolve_checkpoint(path)
+    check_checkpoint(ckpt, need_trainer=False)
+    dev = resolve_device(device)
+    with _quiet_hf_progress():
+        model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).to(dev).eval()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(ckpt)) if (ckpt / "tokenizer.json").is_file() else None
+    return ckpt, model, tokenizer, dev

@@ -1,0 +1,37 @@
+"""``slmlab audit``: a model's parameter budget by the family's own categories."""
+
+from __future__ import annotations
+
+from ._common import command_parser, parse_overrides
+
+
+def audit_command(argv: list[str]) -> int:
+    """Print the parameter budget of a model, by the family's own categories.
+
+    MODEL is a family (`lumen`), `family:preset`, a preset name, or a saved model folder.
+    Config overrides follow as key=value (e.g. `slmlab audit lumen num_kv_heads=2`).
+    """
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoConfig
+
+    import slmlab
+    from slmlab.evaluate.audit import audit_model, format_audit
+    from slmlab.models.registry import resolve_model_spec
+
+    p = command_parser(audit_command, "audit")
+    p.add_argument("model")
+    p.add_argument("overrides", nargs="*", help="config key=value overrides")
+    args = p.parse_args(argv)
+    overrides = parse_overrides(args.overrides)
+    if Path(args.model).is_dir():
+        cfg = AutoConfig.from_pretrained(args.model, **overrides)
+        fam = slmlab.get_family(cfg.model_type)
+    else:
+        fam, preset = resolve_model_spec(args.model)
+        cfg = fam.make_config(preset, **overrides)
+    with torch.device("meta"):
+        model = fam.model_class(cfg)
+    print(format_audit(audit_model(fam, model), f"Parameter audit: {fam.name} ({type(model).__name__})"))
+    return 0
