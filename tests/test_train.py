@@ -246,7 +246,15 @@ def test_in_training_evaluation_sees_the_current_weights(tmp_path):
     assert trainer.state.last_eval["loss"] == pytest.approx(again["loss"], rel=1e-6)
 
 
-# -- the autocast choice ---------------------------------------------------------------------------
+# -- one step, the autocast choice ----------------------------------------------------------------
+def test_train_step_returns_its_numbers_and_advances_the_state(tmp_path):
+    trainer = Trainer(make_cfg(tmp_path, "max_steps=4", "grad_accum=2"), tiny_model(), ToySource(), None, tmp_path)
+    stream = trainer.source.batches("train", 4, seed=0)
+    out = trainer.train_step(stream)
+    assert trainer.state.step == 1 and trainer.losses == [out.loss] and math.isfinite(out.loss)
+    assert out.tokens == trainer.state.tokens_seen > 0 and out.seconds > 0 and out.grad_norm > 0
+
+
 def test_one_autocast_choice_for_trainer_and_evaluator():
     from slmlab.train.precision import autocast_factory
 

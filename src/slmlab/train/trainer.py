@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,17 @@ def resolve_device(spec: str, dist_info: DistInfo | None = None) -> torch.device
             return torch.device("cuda", dist_info.local_rank if dist_info else 0)
         return torch.device("cpu")
     return torch.device(spec)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The numbers of one optimiser step (what :meth:`Trainer.train_step` returns)."""
+
+    loss: float  # mean loss over the step's micro-batches and ranks
+    lr: float
+    grad_norm: float | None  # before clipping; None without clipping
+    tokens: int  # over all ranks
+    seconds: float
 
 
 @dataclass
@@ -99,6 +111,7 @@ class Trainer:
             self.train_model = torch.compile(self.train_model)
         self.autocast = autocast_factory(self.device, cfg.precision)
         self.n_params = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
+        self._window_tokens, self._window_time = 0, 0.0  # since the last metrics record
 
     # -- state ---------------------------------------------------------------------------------
     def resume(self, ckpt: str | Path) -> None:
@@ -141,7 +154,7 @@ class Trainer:
             self.forward_inputs, self.device, self.autocast,
         )
 
-    # -- the loop ------------------------------------------------------------------------------
+    # -- one step ------------------------------------------------------------------------------
     def _micro_step(self, batch: dict, sync: bool) -> tuple[torch.Tensor, int]:
         kwargs = model_inputs(batch, self.forward_inputs, self.device)
         kwargs["labels"] = batch["labels"].to(self.device)
@@ -155,6 +168,81 @@ class Trainer:
         tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
         return loss.detach(), tokens
 
+    def train_step(self, stream: Iterator[dict]) -> StepResult:
+        """One optimiser step: ``grad_accum`` micro-batches from ``stream``, the divergence check,
+        clipping, the update; advances :attr:`state` and returns the step's numbers.
+
+        Raises:
+            TrainingDiverged: the mean loss is NaN/inf (the update is not applied).
+        """
+        cfg, st = self.cfg, self.state
+        t0 = time.perf_counter()
+        lr = set_lr(self.optimizer, lr_factor(st.step, cfg.max_steps, cfg.schedule))
+        loss_sum, tokens = torch.zeros((), device=self.device), 0
+        for micro in range(cfg.grad_accum):
+            loss, n = self._micro_step(next(stream), sync=micro == cfg.grad_accum - 1)
+            loss_sum += loss
+            tokens += n
+        loss_value = float(all_reduce_mean(loss_sum, self.dist))
+        self._check_finite(loss_value)
+        grad_norm = None
+        if cfg.optim.grad_clip > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        result = StepResult(loss_value, lr, grad_norm, tokens * self.dist.world_size, time.perf_counter() - t0)
+        st.step += 1
+        st.tokens_seen += result.tokens
+        st.train_time_s += result.seconds
+        self.losses.append(loss_value)
+        return result
+
+    def _check_finite(self, loss_value: float) -> None:
+        if math.isfinite(loss_value):
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        last = self.last_checkpoint()
+        raise TrainingDiverged(
+            f"loss became {loss_value} at step {self.state.step + 1}; training stopped before applying that update."
+            f" Last good checkpoint: {last if last else 'none written yet'}. Lower optim.lr or check the data."
+        )
+
+    # -- cadences: each decides whether the step just finished is its own ---------------------
+    def _every(self, n: int) -> bool:
+        return bool(n) and self.state.step % n == 0
+
+    @property
+    def _done(self) -> bool:
+        return self.state.step >= self.cfg.max_steps
+
+    def log_due(self) -> bool:
+        return self._every(self.cfg.log_every) or self._done
+
+    def eval_due(self) -> bool:
+        return self._every(self.cfg.eval_every) and not self._done
+
+    def checkpoint_due(self) -> bool:
+        return self._every(self.cfg.checkpoint_every) and not self._done
+
+    def _over_time_budget(self) -> bool:
+        """Whether any rank's training time reached ``max_time`` (a collective: every rank, every step)."""
+        over = bool(self.cfg.max_time) and self.state.train_time_s >= self.cfg.max_time
+        return broadcast_flag(over, self.dist)
+
+    # -- what the cadences run ------------------------------------------------------------------
+    def _log_train(self, metrics: MetricsLogger, step: StepResult) -> None:
+        self._window_tokens += step.tokens
+        self._window_time += step.seconds
+        if not self.log_due():
+            return
+        metrics.log("train", self.state.step, {
+            "loss": step.loss, "lr": step.lr, "grad_norm": step.grad_norm, "tokens": self.state.tokens_seen,
+            "tokens_per_s": self._window_tokens / max(self._window_time, 1e-9), "train_time_s": self.state.train_time_s,
+        })
+        self._window_tokens, self._window_time = 0, 0.0
+
     def _log_eval(self, metrics: MetricsLogger) -> dict:
         result = self.evaluate()
         self.state.last_eval = {k: v for k, v in result.items() if k != "acc_by_group"}
@@ -164,6 +252,16 @@ class Trainer:
         metrics.log("eval", self.state.step, self.state.last_eval)
         return result
 
+    def _early_stop(self, result: dict) -> None:
+        if self.cfg.early_stop_acc and result["acc"] > self.cfg.early_stop_acc:
+            self.state.stop_reason = f"validation accuracy {result['acc']:.4f} > {self.cfg.early_stop_acc}"
+
+    def _save_and_wait(self) -> Path | None:
+        path = self.save()
+        barrier(self.dist)
+        return path
+
+    # -- the loop ------------------------------------------------------------------------------
     def train(self) -> TrainState:
         """Run until ``max_steps``, the time budget, early stop, Ctrl-C or divergence.
 
@@ -185,69 +283,31 @@ class Trainer:
 
             bar = tqdm(total=cfg.max_steps, initial=st.step, desc="train", unit="step", dynamic_ncols=True)
         self.train_model.train()
-        window_tokens, window_time = 0, 0.0
+        self._window_tokens, self._window_time = 0, 0.0  # since the last metrics record
         evaluated_at = -1
         try:
             while st.step < cfg.max_steps:
-                t0 = time.perf_counter()
-                lr = set_lr(self.optimizer, lr_factor(st.step, cfg.max_steps, cfg.schedule))
-                loss_sum, tokens = torch.zeros((), device=self.device), 0
-                for micro in range(cfg.grad_accum):
-                    loss, n = self._micro_step(next(stream), sync=micro == cfg.grad_accum - 1)
-                    loss_sum += loss
-                    tokens += n
-                loss_value = float(all_reduce_mean(loss_sum, self.dist))
-                if not math.isfinite(loss_value):
-                    self.optimizer.zero_grad(set_to_none=True)
-                    last = self.last_checkpoint()
-                    raise TrainingDiverged(
-                        f"loss became {loss_value} at step {st.step + 1}; training stopped before applying that update."
-                        f" Last good checkpoint: {last if last else 'none written yet'}. Lower optim.lr or check the data."
-                    )
-                grad_norm = None
-                if cfg.optim.grad_clip > 0:
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip))
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                dt = time.perf_counter() - t0
-                st.step += 1
-                st.tokens_seen += tokens * self.dist.world_size
-                st.train_time_s += dt
-                window_tokens += tokens * self.dist.world_size
-                window_time += dt
-                self.losses.append(loss_value)
+                out = self.train_step(stream)
                 if bar is not None:
+                    tok_s = (self._window_tokens + out.tokens) / max(self._window_time + out.seconds, 1e-9)
                     bar.update(1)
-                    bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}", tok_s=f"{window_tokens / max(window_time, 1e-9):,.0f}")
-                if st.step % cfg.log_every == 0 or st.step == cfg.max_steps:
-                    metrics.log("train", st.step, {
-                        "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "tokens": st.tokens_seen,
-                        "tokens_per_s": window_tokens / max(window_time, 1e-9), "train_time_s": st.train_time_s,
-                    })
-                    window_tokens, window_time = 0, 0.0
-                done = st.step >= cfg.max_steps
-                if cfg.eval_every and st.step % cfg.eval_every == 0 and not done:
-                    result = self._log_eval(metrics)
-                    evaluated_at = st.step
+                    bar.set_postfix(loss=f"{out.loss:.4f}", lr=f"{out.lr:.2e}", tok_s=f"{tok_s:,.0f}")
+                self._log_train(metrics, out)
+                if self.eval_due():
+                    result, evaluated_at = self._log_eval(metrics), st.step
                     if bar is not None:
                         bar.write(f"step {st.step}: " + _format_eval(result))
-                    if cfg.early_stop_acc and result["acc"] > cfg.early_stop_acc:
-                        st.stop_reason = f"validation accuracy {result['acc']:.4f} > {cfg.early_stop_acc}"
-                over_time = bool(cfg.max_time) and st.train_time_s >= cfg.max_time
-                if broadcast_flag(over_time, self.dist) and not st.stop_reason:
+                    self._early_stop(result)
+                if self._over_time_budget() and not st.stop_reason:
                     st.stop_reason = f"time budget of {cfg.max_time:.0f} s reached"
                 if st.stop_reason:
                     break
-                if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0 and not done:
-                    self.save()
-                    barrier(self.dist)
+                if self.checkpoint_due():
+                    self._save_and_wait()
             st.stop_reason = st.stop_reason or "max_steps reached"
             if evaluated_at != st.step:
                 self._log_eval(metrics)
-            self.save()
-            barrier(self.dist)
+            self._save_and_wait()
         except KeyboardInterrupt:
             st.stop_reason = "interrupted (Ctrl-C)"
             self.optimizer.zero_grad(set_to_none=True)
