@@ -30,6 +30,10 @@ def tiny_model(**overrides) -> NeoLLMForCausalLM:
 class TestNeoLLMFamily(FamilyTester):
     family = "neollm"
     config_kwargs = TINY
+    skip_common_bad_inputs = ("inputs_embeds must have shape",)  # Spelling Bee (on by default) needs ids
+    bad_inputs = [(dict(inputs_embeds=torch.zeros(1, 4, 64)), ValueError, "cannot be used with use_spelling_bee")]
+    # Spelling Bee needs ids: any inputs_embeds is refused before its shape is looked at
+    skip_common_bad_inputs = ("inputs_embeds must have shape",)
 
     def make_model(self, **overrides):
         return tiny_model(**overrides)
