@@ -85,3 +85,21 @@ def test_tokenizer_train_encode_decode_roundtrip(corpus, tmp_path, capsys):
 def test_bad_input_gives_a_clear_error(argv, message, capsys):
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_train_log_to_a_pipe_is_plain_lines(corpus, tmp_path):
+    """`slmlab train ... > log` (stdout and stderr not terminals): one progress line per log_every
+    steps, newline-separated, never a '\\r'."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    args = [a for a in base_args(corpus, out) if a not in ("progress=false", "log_every=1")]
+    proc = subprocess.run([sys.executable, "-m", "slmlab.cli", "train", *args, "--steps", "6", "log_every=2"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    log = proc.stdout.decode()  # bytes: text mode would turn a '\r' into a newline
+    assert proc.returncode == 0, log[-3000:]
+    assert "\r" not in log
+    progress = [line for line in log.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in progress] == ["2/6", "4/6", "6/6"]
+    assert "validation bits per byte" in log

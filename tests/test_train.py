@@ -246,7 +246,7 @@ def test_in_training_evaluation_sees_the_current_weights(tmp_path):
     assert trainer.state.last_eval["loss"] == pytest.approx(again["loss"], rel=1e-6)
 
 
-# -- one step, the autocast choice ----------------------------------------------------------------
+# -- one step, the autocast choice, readable logs --------------------------------------------------
 def test_train_step_returns_its_numbers_and_advances_the_state(tmp_path):
     trainer = Trainer(make_cfg(tmp_path, "max_steps=4", "grad_accum=2"), tiny_model(), ToySource(), None, tmp_path)
     stream = trainer.source.batches("train", 4, seed=0)
@@ -264,3 +264,24 @@ def test_one_autocast_choice_for_trainer_and_evaluator():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
     with pytest.raises(ValueError, match="precision"):
         autocast_factory("cpu", "fp8")
+
+
+def test_progress_off_a_terminal_prints_plain_lines(tmp_path, capfd):
+    """Regression: tqdm redirected to a file wrote every refresh on one '\\r'-joined line."""
+    run(make_cfg(tmp_path, "max_steps=7", "progress=true", "log_every=2", "eval_every=4"))
+    out, err = capfd.readouterr()
+    lines = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in lines] == ["2/7", "4/7", "4:", "6/7", "7/7"]
+    assert all(" loss " in line and " lr " in line and " tok/s " in line and " eta " in line for line in lines if "/" in line)
+    assert "\r" not in out + err
+
+
+def test_progress_lines_also_come_every_few_seconds(capsys):
+    from slmlab.train.progress import Progress, format_duration
+
+    p = Progress(total=1000, every_steps=100, every_s=0.0, live=False)
+    for step in range(1, 4):
+        p.update(step, 2.5, 1e-3, 64, 0.01)
+    p.close()
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert [format_duration(s) for s in (12, 372, 4000)] == ["12s", "6m12s", "1h06m"]

@@ -25,6 +25,7 @@ from .distributed import DistInfo, all_reduce_mean, barrier, broadcast_flag
 from .metrics import MetricsLogger
 from .optim import build_optimizer, lr_factor, set_lr
 from .precision import autocast_factory
+from .progress import Progress
 
 
 class TrainingDiverged(RuntimeError):
@@ -277,26 +278,18 @@ class Trainer:
             "train", cfg.batch_size, seed=cfg.seed, step=st.step * cfg.grad_accum,
             rank=self.dist.rank, world_size=self.dist.world_size,
         )
-        bar = None
-        if cfg.progress and self.dist.is_main:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=cfg.max_steps, initial=st.step, desc="train", unit="step", dynamic_ncols=True)
+        progress = Progress(cfg.max_steps, st.step, cfg.progress and self.dist.is_main, cfg.log_every)
         self.train_model.train()
         self._window_tokens, self._window_time = 0, 0.0  # since the last metrics record
         evaluated_at = -1
         try:
             while st.step < cfg.max_steps:
                 out = self.train_step(stream)
-                if bar is not None:
-                    tok_s = (self._window_tokens + out.tokens) / max(self._window_time + out.seconds, 1e-9)
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{out.loss:.4f}", lr=f"{out.lr:.2e}", tok_s=f"{tok_s:,.0f}")
+                progress.update(st.step, out.loss, out.lr, out.tokens, out.seconds)
                 self._log_train(metrics, out)
                 if self.eval_due():
                     result, evaluated_at = self._log_eval(metrics), st.step
-                    if bar is not None:
-                        bar.write(f"step {st.step}: " + _format_eval(result))
+                    progress.write(f"step {st.step}: " + _format_eval(result))
                     self._early_stop(result)
                 if self._over_time_budget() and not st.stop_reason:
                     st.stop_reason = f"time budget of {cfg.max_time:.0f} s reached"
@@ -312,11 +305,9 @@ class Trainer:
             st.stop_reason = "interrupted (Ctrl-C)"
             self.optimizer.zero_grad(set_to_none=True)
             saved = self.save()
-            if bar is not None:
-                bar.write(f"interrupted at step {st.step}; checkpoint saved to {saved}")
+            progress.write(f"interrupted at step {st.step}; checkpoint saved to {saved}")
         finally:
-            if bar is not None:
-                bar.close()
+            progress.close()
             metrics.close()
         return st
 
