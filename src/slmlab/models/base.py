@@ -289,6 +289,15 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         return self.model.new_cache(batch_size)
 
+    def embedding_rows(self) -> dict[str, int]:
+        """The audit rows of the token table and the LM head, shared by every family's audit:
+        ``{"Tied embedding table": n}`` when the head reuses the table, else the table and
+        ``"LM head (untied)"``."""
+        table, head = self.get_input_embeddings().weight, self.lm_head.weight
+        if head is table:
+            return {"Tied embedding table": table.numel()}
+        return {"Embedding table": table.numel(), "LM head (untied)": head.numel()}
+
     def decode_plan(self, capacity: int):
         """An inference-only one-token step over ``capacity`` positions, or None if the family has none."""
         builder = type(self).decode_plan_builder

@@ -23,8 +23,8 @@ class Family:
         presets: named config overrides (a table, never read by model code).
         audit: ``model -> {category: parameter count}``, in print order.
         description: one line for ``slmlab models``.
-        extra_forward_inputs: names of family-specific forward kwargs the harness may supply
-            (documented hooks, e.g. PGSM's ``retrieval_positions``).
+    The names of family-specific forward inputs the harness may supply (PGSM's
+    ``retrieval_positions``) are the base model's ``family_inputs``: :attr:`extra_forward_inputs`.
     """
 
     name: str
@@ -33,7 +33,11 @@ class Family:
     presets: dict[str, dict] = field(default_factory=dict)
     audit: Callable[[nn.Module], dict[str, int]] | None = None
     description: str = ""
-    extra_forward_inputs: tuple[str, ...] = ()
+
+    @property
+    def extra_forward_inputs(self) -> tuple[str, ...]:
+        """Family-specific forward keyword arguments (declared once, by the base model class)."""
+        return tuple(getattr(getattr(self.model_class, "base_model_class", None), "family_inputs", ()))
 
     def make_config(self, preset: str | None = None, **overrides) -> PretrainedConfig:
         """A config from a preset (default: the class defaults) plus keyword overrides."""

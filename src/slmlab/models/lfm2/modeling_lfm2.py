@@ -293,13 +293,10 @@ def audit_parameters(model: Lfm2SmallForCausalLM | Lfm2SmallBackbone) -> dict[st
     conv = sum(p.numel() for layer in inner.layers if isinstance(layer, Lfm2ConvDecoderLayer) for p in layer.parameters())
     attn = sum(p.numel() for layer in inner.layers if isinstance(layer, Lfm2AttentionDecoderLayer) for p in layer.parameters())
     final_norm = inner.embedding_norm.weight.numel()
-    rows: dict[str, int] = {}
-    embed = inner.embed_tokens.weight.numel() if isinstance(inner, Lfm2SmallModel) else 0
-    if embed:
-        tied = isinstance(model, Lfm2SmallForCausalLM) and model.lm_head.weight is inner.embed_tokens.weight
-        rows["Tied embedding table" if tied else "Embedding table"] = embed
-    if isinstance(model, Lfm2SmallForCausalLM) and model.lm_head.weight is not inner.embed_tokens.weight:
-        rows["LM head (untied)"] = model.lm_head.weight.numel()
+    if isinstance(model, Lfm2SmallForCausalLM):
+        rows = model.embedding_rows()
+    else:  # a bare stack: its own table, if it has one
+        rows = {"Embedding table": inner.embed_tokens.weight.numel()} if isinstance(inner, Lfm2SmallModel) else {}
     rows.update(
         {
             "Conv blocks": conv,

@@ -2,7 +2,8 @@
 
 from ..registry import Family, register_family
 from .configuration_lumen import LumenConfig
-from .modeling_lumen import LumenForCausalLM, LumenModel, audit_parameters, convert_seed_state_dict
+from .convert import convert_seed_state_dict
+from .modeling_lumen import LumenForCausalLM, LumenModel, audit_parameters
 
 PRESETS = {
     "lumen-3m": {},

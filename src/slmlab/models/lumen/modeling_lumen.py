@@ -1,8 +1,8 @@
 """SAGE-Lumen: a tiny Llama-style causal LM (seed 002), as a transformers model.
 
 Parameter names equal those of transformers' ``LlamaForCausalLM`` for the equivalent config, so a
-Llama state_dict loads with ``strict=True``; :func:`convert_seed_state_dict` maps a state_dict of
-the seed's ``SAGE_Lumen_3M`` module onto ours.
+Llama state_dict loads with ``strict=True``; :func:`.convert.convert_seed_state_dict` maps a
+state_dict of the seed's ``SAGE_Lumen_3M`` module onto ours.
 """
 
 from __future__ import annotations
@@ -76,41 +76,15 @@ class LumenForCausalLM(SLMForCausalLM, LumenPreTrainedModel):
     decode_plan_builder = staticmethod(lumen_decode_plan)
 
 
-def convert_seed_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Map a state_dict of the seed's ``SAGE_Lumen_3M`` onto :class:`LumenForCausalLM` names.
-
-    The seed keeps blocks at ``layers.N.attention.*`` and the stack at the top level; ours nests
-    them under ``model.`` with ``self_attn`` (the Llama names). The tied ``lm_head.weight`` is kept.
-    """
-    out = {}
-    for name, tensor in state_dict.items():
-        if name == "lm_head.weight":
-            out[name] = tensor
-            continue
-        if name.startswith("rotary_emb.") or name == "causal_mask":
-            continue
-        out["model." + name.replace(".attention.", ".self_attn.")] = tensor
-    return out
-
-
 def audit_parameters(model: LumenForCausalLM) -> dict[str, int]:
     """The seed's parameter-budget categories, counted truthfully (shared tensors once)."""
     inner = model.model
     embed = inner.embed_tokens.weight.numel()
-    blocks = sum(p.numel() for p in inner.layers.parameters())
-    final_norm = sum(p.numel() for p in inner.norm.parameters())
     total = sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
-    head_untied = 0 if model.lm_head.weight is inner.embed_tokens.weight else model.lm_head.weight.numel()
-    label = "Tied embedding table" if not head_untied else "Embedding table"
-    rows = {label: embed}
-    if head_untied:
-        rows["LM head (untied)"] = head_untied
-    rows.update(
-        {
-            "Decoder blocks": blocks,
-            "Final norm": final_norm,
-            "Unique (without embedding table)": total - embed,
-            "Total": total,
-        }
-    )
-    return rows
+    return {
+        **model.embedding_rows(),
+        "Decoder blocks": sum(p.numel() for p in inner.layers.parameters()),
+        "Final norm": sum(p.numel() for p in inner.norm.parameters()),
+        "Unique (without embedding table)": total - embed,
+        "Total": total,
+    }

@@ -156,11 +156,8 @@ def audit_parameters(model: NanoHammerForCausalLM) -> dict[str, int]:
         return sum(p.numel() for m in modules for p in m.parameters())
 
     layers = list(inner.layers)
-    embed = inner.embed_tokens.weight.numel()
-    head = 0 if model.lm_head.weight is inner.embed_tokens.weight else model.lm_head.weight.numel()
     rows = {
-        "Embedding table": embed,
-        "LM head (untied)": head,
+        **model.embedding_rows(),
         "Token -> state projection": inner.token_to_state.weight.numel(),
         "State update cells": count(layer.state_cell for layer in layers),
         "State token projections": count(layer.state_projection for layer in layers),

@@ -2,15 +2,9 @@
 
 from ..registry import Family, register_family
 from .configuration_pgsm import PGSMConfig
-from .modeling_pgsm import (
-    PGSMForCausalLM,
-    PGSMModel,
-    audit_parameters,
-    build_pgsm_model,
-    config_from_seed,
-    convert_seed_state_dict,
-)
-from .presets import SIZE_PRESETS
+from .configuration_pgsm import SIZE_PRESETS
+from .convert import config_from_seed, convert_seed_state_dict
+from .modeling_pgsm import PGSMForCausalLM, PGSMModel, audit_parameters, build_pgsm_model
 
 PRESETS = {f"pgsm-{size}": dict(values) for size, values in SIZE_PRESETS.items()}
 
@@ -22,7 +16,6 @@ FAMILY = register_family(
         presets=PRESETS,
         audit=audit_parameters,
         description="PGSM: attention-free causal-conv backbone + query-only sparse RoPE retrieval",
-        extra_forward_inputs=("retrieval_positions",),
     )
 )
 

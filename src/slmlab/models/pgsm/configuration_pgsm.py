@@ -6,9 +6,24 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from .presets import SIZE_PRESETS
-
 ROPE_LAYOUTS = ("rotate_half", "seed")
+
+# The seed's named sizes, as a table (model code never reads a preset's name): each row is what the
+# seed's ``PGSMConfig.<size>()`` classmethod writes before the caller's overrides, ``block_size``
+# being the classmethod's default. ``medium`` and ``large`` have no vocabulary default in the seed;
+# here they fall back to the config default (256) when built from the table alone.
+SIZE_PRESETS: dict[str, dict] = {
+    "tiny": dict(block_size=512, dim=128, layers=3, hidden=256, kernel_size=17, retrieval_dim=256, retrieval_heads=4),
+    "small": dict(block_size=1024, dim=192, layers=3, hidden=384, kernel_size=17, retrieval_dim=512, retrieval_heads=4),
+    "medium": dict(
+        block_size=2048, dim=384, layers=6, hidden=1024, kernel_size=21, retrieval_dim=768, retrieval_heads=8,
+        dropout=0.0, retrieval_dropout=0.0,
+    ),
+    "large": dict(
+        block_size=4096, dim=768, layers=12, hidden=2048, kernel_size=25, retrieval_dim=1024, retrieval_heads=8,
+        dropout=0.0, retrieval_dropout=0.0,
+    ),
+}
 
 
 class PGSMConfig(PretrainedConfig):

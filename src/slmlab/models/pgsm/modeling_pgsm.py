@@ -2,7 +2,7 @@
 
 ``PGSMModel`` keeps the seed's module names (``token_emb``, ``blocks``, ``retriever``,
 ``post_retrieval_block``, ``final_norm``), so a seed state_dict maps onto ``PGSMForCausalLM`` by
-prefixing ``model.`` (:func:`convert_seed_state_dict`).
+prefixing ``model.`` (:func:`.convert.convert_seed_state_dict`).
 """
 
 from __future__ import annotations
@@ -169,26 +169,6 @@ def build_pgsm_model(size: str = "small", vocab_size: int = 256, block_size: int
     return PGSMForCausalLM(PGSMConfig.from_size(size, vocab_size, block_size, **overrides))
 
 
-def convert_seed_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Map a state_dict of the seed's ``PGSMSparseRoPELM`` onto :class:`PGSMForCausalLM` names.
-
-    The seed keeps its modules at the top level; ours nest them under ``model.`` with the same
-    names. ``lm_head.weight`` keeps its name. Load the result into a model whose config has
-    ``rope_layout="seed"`` (see :func:`config_from_seed`) to reproduce the seed's logits.
-    """
-    out = {}
-    for name, tensor in state_dict.items():
-        if name.startswith("retriever.rope."):
-            continue  # the seed's non-persistent RoPE tables, should they have been saved
-        out[name if name == "lm_head.weight" else "model." + name] = tensor
-    return out
-
-
-def config_from_seed(seed_config: dict, **overrides) -> PGSMConfig:
-    """A :class:`PGSMConfig` from the seed config's ``to_dict()``, with the seed's RoPE layout."""
-    return PGSMConfig(**{**seed_config, "rope_layout": "seed", **overrides})
-
-
 def audit_parameters(model: PGSMForCausalLM) -> dict[str, int]:
     """Parameter budget by part (shared tensors counted once), in print order."""
     inner = model.model
@@ -196,20 +176,13 @@ def audit_parameters(model: PGSMForCausalLM) -> dict[str, int]:
     def count(module) -> int:
         return sum(p.numel() for p in module.parameters()) if module is not None else 0
 
-    embed = inner.token_emb.weight.numel()
-    tied = model.lm_head.weight is inner.token_emb.weight
-    rows = {("Tied embedding table" if tied else "Embedding table"): embed}
-    if not tied:
-        rows["LM head (untied)"] = model.lm_head.weight.numel()
-    rows.update(
-        {
-            "Backbone blocks": count(inner.blocks),
-            "Retriever": count(inner.retriever),
-            "Post-retrieval block": count(inner.post_retrieval_block),
-            "Final norm": count(inner.final_norm),
-        }
-    )
     total = sum(p.numel() for p in model.parameters())
-    rows["Unique (without embedding table)"] = total - embed
-    rows["Total"] = total
-    return rows
+    return {
+        **model.embedding_rows(),
+        "Backbone blocks": count(inner.blocks),
+        "Retriever": count(inner.retriever),
+        "Post-retrieval block": count(inner.post_retrieval_block),
+        "Final norm": count(inner.final_norm),
+        "Unique (without embedding table)": total - inner.token_emb.weight.numel(),
+        "Total": total,
+    }
