@@ -8,6 +8,7 @@ Tolerances are fp32-tight (1e-5) everywhere.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import slmlab
-from slmlab.generation import generate
+from slmlab.generation import COMPILED_PLAN, MODEL_FORWARD, PLAN, SamplingConfig, build_plan, compiled_step, generate
 
 ATOL = 1e-5
 
@@ -48,11 +49,55 @@ def decode_stepwise(model, ids, mask=None, prefill=1, **kw):
         cache = out.cache
     return torch.cat(logits, dim=1)
 
+# -- decode plans (used by FamilyTester when has_decode_plan, and by test_decode_plan.py) --------
+def check_plan_steps(model, ids: torch.Tensor, prefill: int, step_fn=None) -> None:
+    """Prefill ``ids[:, :prefill]``, then feed the rest one token at a time through the decode plan
+    (``step_fn``: e.g. the compiled step) and through the model's own cache: logits agree at 1e-5."""
+    with torch.inference_mode():
+        plan = build_plan(model, ids.shape[1])
+        plan.start(model(input_ids=ids[:, :prefill], use_cache=True).cache)
+        # the model's own cache is a second, independent copy of the prompt
+        ref_cache = model(input_ids=ids[:, :prefill], use_cache=True).cache
+        position = torch.tensor([prefill])
+        for t in range(prefill, ids.shape[1]):
+            got = plan.step(ids[:, t : t + 1], position, step_fn)
+            ref = model(input_ids=ids[:, t : t + 1], cache=ref_cache, use_cache=True).logits[:, -1]
+            torch.testing.assert_close(got, ref, atol=ATOL, rtol=0)
+            position += 1
+
+
+def check_generate_paths_agree(model, ids: torch.Tensor, new: int) -> None:
+    """``generate`` through the plan and through the model's forward give the same tokens, greedy
+    and sampled with the same generator, and each reports the path it took."""
+    planned, forward = generate(model, ids, new), generate(model, ids, new, use_plan=False)
+    assert (planned.decode_path, forward.decode_path) == (PLAN, MODEL_FORWARD)
+    assert torch.equal(planned, forward)
+    sampling = SamplingConfig(temperature=0.9, top_k=20)
+    a = generate(model, ids, new, sampling, generator=torch.Generator().manual_seed(3))
+    b = generate(model, ids, new, sampling, generator=torch.Generator().manual_seed(3), use_plan=False)
+    assert torch.equal(a, b)
+
+
+def common_bad_inputs(model) -> list[tuple[dict, type, str]]:
+    """Inputs every family refuses with the same actionable error: ``(forward kwargs, error, regex)``."""
+    n, field = model.max_positions(), type(model.config).attribute_map.get("max_position_embeddings", "max_position_embeddings")
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    return [
+        (dict(input_ids=torch.zeros(1, n + 1, dtype=torch.long)), ValueError, rf"exceeds {field}={n}"),
+        (dict(input_ids=torch.zeros(1, 4)), TypeError, "integer tensor"),
+        (dict(input_ids=torch.zeros(4, dtype=torch.long)), ValueError, r"shape \[batch, seq_len\]"),
+        (dict(input_ids=torch.full((1, 4), -1)), ValueError, "outside the vocabulary"),
+        (dict(input_ids=ids, attention_mask=torch.ones(1, 5)), ValueError, "attention_mask must have shape"),
+        (dict(inputs_embeds=torch.zeros(1, 4, 7)), ValueError, "inputs_embeds must have shape"),
+        (dict(), ValueError, "exactly one of input_ids or inputs_embeds"),
+    ]
+
 
 class FamilyTester:
     family: str = ""
     config_kwargs: dict = {}
     seq_len: int = 12
+    has_decode_plan: bool = False  # True: the family has a decode plan, and the plan tests below run
 
     # -- hooks -------------------------------------------------------------------------------
     def make_config(self, **overrides):
@@ -170,6 +215,79 @@ class FamilyTester:
         ids[0, 0] = model.config.vocab_size
         with pytest.raises(ValueError, match="outside the vocabulary"):
             model(input_ids=ids)
+
+    # -- decode plans: every family reports its path; the rest runs where has_decode_plan ---------
+    def test_generate_reports_its_decode_path(self, caplog):
+        model = self.make_model()
+        assert (build_plan(model, self.seq_len) is not None) == self.has_decode_plan, "set has_decode_plan"
+        ids = self.random_ids(model, b=1, t=5)
+        with caplog.at_level(logging.DEBUG, logger="slmlab.generation"):
+            out = generate(model, ids, 3)
+        assert out.decode_path == (PLAN if self.has_decode_plan else MODEL_FORWARD)
+        assert f"through the {out.decode_path}" in caplog.text
+        assert generate(model, ids, 3, use_plan=False).decode_path == MODEL_FORWARD
+
+    def skip_without_decode_plan(self) -> None:
+        if not self.has_decode_plan:
+            pytest.skip(f"{self.family} has no decode plan")
+
+    def test_plan_steps_equal_the_models_decode(self):
+        self.skip_without_decode_plan()
+        model = self.make_model()
+        check_plan_steps(model, self.random_ids(model, b=2, t=20), prefill=7)
+
+    def test_generate_through_the_plan_equals_generate_through_forward(self):
+        self.skip_without_decode_plan()
+        model = self.make_model()
+        check_generate_paths_agree(model, self.random_ids(model, b=3, t=6), 25)
+
+    def test_the_plan_is_built_per_call_so_it_sees_new_weights(self):
+        self.skip_without_decode_plan()
+        model = self.make_model()
+        ids = self.random_ids(model, b=1, t=5)
+        generate(model, ids, 10)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        assert torch.equal(generate(model, ids, 10), generate(model, ids, 10, use_plan=False))
+
+    def test_generate_falls_back_where_the_plan_does_not_apply(self):
+        self.skip_without_decode_plan()
+        model = self.make_model()
+        limit = model.max_positions()
+        assert build_plan(model, limit + 1) is None  # beyond the model's length: its own error applies
+        with pytest.raises(ValueError, match="exceeds"):
+            generate(model, self.random_ids(model, b=1, t=limit - 4), 10)
+        ids, mask = left_pad([torch.randint(1, model.config.vocab_size, (n,)) for n in (5, 8)])
+        padded = generate(model, ids, 6, attention_mask=mask)
+        assert padded.decode_path == MODEL_FORWARD
+        assert torch.equal(padded, generate(model, ids, 6, attention_mask=mask, use_plan=False))
+
+    def test_half_precision_models_decode_through_forward(self):
+        self.skip_without_decode_plan()
+        model = self.make_model().to(torch.bfloat16)
+        assert build_plan(model, 16) is None  # no bfloat16 complex type for the plan's RoPE
+        out = generate(model, self.random_ids(model, b=1, t=5), 4)
+        assert out.shape == (1, 9) and out.decode_path == MODEL_FORWARD
+
+    def test_a_prompt_that_fills_the_plan_is_refused(self):
+        self.skip_without_decode_plan()
+        model = self.make_model()
+        with torch.inference_mode():
+            cache = model(input_ids=self.random_ids(model, b=1, t=8), use_cache=True).cache
+        with pytest.raises(ValueError, match="fills all 8 positions"):
+            build_plan(model, 8).start(cache)
+
+    @pytest.mark.slow  # torch.compile: ~10-20 s per model on a CPU
+    def test_compiled_plan_steps_equal_the_models_decode(self):
+        """Compiled, RoPE runs in real arithmetic (``rotate_pairs``); the logits must still agree."""
+        self.skip_without_decode_plan()
+        model = self.make_model()
+        ids = self.random_ids(model, b=1, t=18)
+        check_plan_steps(model, ids, prefill=6, step_fn=compiled_step(build_plan(model, 18)))
+        compiled = generate(model, ids[:, :6], 12, compile=True)
+        assert compiled.decode_path == COMPILED_PLAN
+        assert torch.equal(compiled, generate(model, ids[:, :6], 12, use_plan=False))
 
     def test_save_load_round_trip_in_fresh_process(self, tmp_path):
         model = self.make_model()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, pipeline
 
-from slmlab.generation import SamplingConfig, generate, sample_next
+import slmlab.generation.loop as loop
+from slmlab.generation import COMPILED_PLAN, MODEL_FORWARD, PLAN, GeneratedTokens, SamplingConfig, generate, sample_next
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM
 
 
@@ -71,6 +74,43 @@ def test_sampling_is_reproducible_with_a_generator():
     a = generate(model, ids, 8, cfg, generator=torch.Generator().manual_seed(3))
     b = generate(model, ids, 8, cfg, generator=torch.Generator().manual_seed(3))
     assert torch.equal(a, b)
+
+
+
+@pytest.mark.parametrize(
+    "kwargs, path, reason",
+    [
+        (dict(), PLAN, None),
+        (dict(compile=True), COMPILED_PLAN, None),
+        (dict(use_plan=False), MODEL_FORWARD, "use_plan=False"),
+        (dict(attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]])), MODEL_FORWARD, "padded batch"),
+    ],
+    ids=["plan", "compiled", "forward", "padded"],
+)
+def test_generate_reports_the_decode_path_in_its_result_and_a_debug_line(kwargs, path, reason, caplog, monkeypatch):
+    # the compiled path's bookkeeping without a 10 s compile (the compiled step itself is a slow family test)
+    monkeypatch.setattr(loop, "compiled_step", lambda plan: plan.step_fn)
+    model = tiny_model()
+    ids = torch.randint(0, 64, (2, 5))
+    with caplog.at_level(logging.DEBUG, logger="slmlab.generation"):
+        out = generate(model, ids, 6, **kwargs)
+    assert isinstance(out, GeneratedTokens) and out.decode_path == path
+    lines = [r.getMessage() for r in caplog.records if r.name == "slmlab.generation"]
+    assert len(lines) == 1 and f"through the {path}" in lines[0]
+    assert lines[0].endswith(f"({reason})") if reason else "(" not in lines[0]
+    ref = generate(model, ids, 6, use_plan=False, attention_mask=kwargs.get("attention_mask"))
+    assert torch.equal(out, ref)
+
+
+def test_the_result_is_an_ordinary_tensor_for_callers():
+    model = tiny_model()
+    ids = torch.randint(0, 64, (1, 5))
+    out = generate(model, ids, 4)
+    assert out.shape == (1, 9) and out.dtype == torch.long and isinstance(out, torch.Tensor)
+    assert type(out[0, 5:]) is torch.Tensor and type(torch.cat([out, out])) is torch.Tensor  # ops give plain tensors
+    assert out[0].tolist() == ids[0].tolist() + out[0, 5:].tolist()
+    none = generate(model, ids, 0)
+    assert torch.equal(none, ids) and none.decode_path is None
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:

@@ -31,6 +31,7 @@ TINY = dict(
 class TestLfm2Family(FamilyTester):
     family = "lfm2"
     config_kwargs = TINY
+    has_decode_plan = True
 
 
 def hf_twin(seed: int = 0, **kw) -> Lfm2ForCausalLM:

@@ -13,6 +13,7 @@ from slmlab.models.lumen import LumenConfig, LumenForCausalLM, audit_parameters,
 class TestLumenFamily(FamilyTester):
     family = "lumen"
     config_kwargs = dict(vocab_size=97, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_dim=48, max_seq_len=64)
+    has_decode_plan = True
 
 
 class TestLumenAttentionOnly(FamilyTester):
@@ -20,6 +21,7 @@ class TestLumenAttentionOnly(FamilyTester):
 
     family = "lumen"
     config_kwargs = dict(TestLumenFamily.config_kwargs, intermediate_dim=0)
+    has_decode_plan = True
 
 
 def test_attention_only_equals_a_full_block_with_a_silent_mlp():
