@@ -49,6 +49,7 @@ def decode_stepwise(model, ids, mask=None, prefill=1, **kw):
         cache = out.cache
     return torch.cat(logits, dim=1)
 
+
 # -- decode plans (used by FamilyTester when has_decode_plan, and by test_decode_plan.py) --------
 def check_plan_steps(model, ids: torch.Tensor, prefill: int, step_fn=None) -> None:
     """Prefill ``ids[:, :prefill]``, then feed the rest one token at a time through the decode plan
@@ -94,9 +95,20 @@ def common_bad_inputs(model) -> list[tuple[dict, type, str]]:
 
 
 class FamilyTester:
+    """The shared suite. Tables a family fills (each row becomes a check of the shared tests):
+
+    * ``bad_configs``: ``(config overrides on config_kwargs, regex)``: the config raises ``ValueError``.
+    * ``bad_inputs``: ``(forward kwargs, error type, regex)``: family-specific refusals, checked
+      after :func:`common_bad_inputs`; ``skip_common_bad_inputs`` names regexes of common rows
+      a family answers differently (and tests itself).
+    """
+
     family: str = ""
     config_kwargs: dict = {}
     seq_len: int = 12
+    bad_configs: list[tuple[dict, str]] = []
+    bad_inputs: list[tuple[dict, type, str]] = []
+    skip_common_bad_inputs: tuple[str, ...] = ()
     has_decode_plan: bool = False  # True: the family has a decode plan, and the plan tests below run
 
     # -- hooks -------------------------------------------------------------------------------
@@ -208,6 +220,18 @@ class FamilyTester:
         step = model(input_ids=ids[:, cut:], cache=first.cache, use_cache=True, output_hidden_states=True)
         for got, ref in zip(step.hidden_states, states, strict=True):
             torch.testing.assert_close(got, ref[:, cut:], atol=ATOL, rtol=0)
+
+    def test_bad_configs_raise(self):
+        for overrides, match in self.bad_configs:
+            with pytest.raises(ValueError, match=match):
+                self.make_config(**overrides)
+
+    def test_bad_inputs_raise_actionable_errors(self):
+        model = self.make_model()
+        common = [row for row in common_bad_inputs(model) if row[2] not in self.skip_common_bad_inputs]
+        for kwargs, error, match in common + list(self.bad_inputs):
+            with pytest.raises(error, match=match):
+                model(**kwargs)
 
     def test_bad_token_id_raises(self):
         model = self.make_model()

@@ -39,6 +39,22 @@ class TestPGSMFamily(FamilyTester):
     def forward_kwargs(self, ids):
         return {"retrieval_positions": two_positions(ids)}
 
+    bad_configs = [
+        (dict(retrieval_dim=30, retrieval_heads=4), "retrieval_dim must be divisible by retrieval_heads"),
+        (dict(retrieval_dim=36, retrieval_heads=4), "must be even for RoPE"),
+        (dict(dim=0), "dim must be a positive integer"),
+        (dict(rope_layout="neox"), "rope_layout must be one of"),
+    ]
+    bad_inputs = [
+        (dict(input_ids=torch.zeros(2, 6, dtype=torch.long), retrieval_positions=bad), ValueError, match)
+        for bad, match in [
+            (torch.tensor([6, 1]), r"must lie in \[-1, 6\)"),
+            (torch.tensor([[1, 1], [2, 3]]), "repeats a position"),
+            (torch.tensor([1.0, 2.0]), "integer tensor"),
+            (torch.tensor([1, 2, 3]), r"shape \[batch\]"),
+        ]
+    ]
+
     def num_hidden_states(self, model):
         return model.config.layers + 2  # embeddings, each block, then retriever + post-retrieval block
 
@@ -363,20 +379,6 @@ def test_presets_and_factory_follow_the_seed():
         PGSMConfig.small(widht=3)
 
 
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(retrieval_dim=30, retrieval_heads=4), "retrieval_dim must be divisible by retrieval_heads"),
-        (dict(retrieval_dim=36, retrieval_heads=4), "must be even for RoPE"),
-        (dict(dim=0), "dim must be a positive integer"),
-        (dict(rope_layout="neox"), "rope_layout must be one of"),
-    ],
-)
-def test_bad_config_raises(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        PGSMConfig(**{**TINY, **kwargs})
-
-
 def test_tie_word_embeddings_is_the_hf_name_of_tie_weights():
     assert PGSMConfig(**TINY, tie_word_embeddings=False).tie_weights is False
     assert PGSMConfig(**TINY).tie_word_embeddings is True
@@ -392,19 +394,7 @@ def test_retrieval_shape_is_only_checked_when_the_retriever_is_built():
     assert model.model.retriever is None and model.model.post_retrieval_block is None
 
 
-def test_bad_inputs_raise_actionable_errors():
-    model = make(block_size=16)
-    with pytest.raises(ValueError, match=r"sequence length 17 \(cached \+ new tokens\) exceeds block_size=16"):
-        model(input_ids=torch.zeros(1, 17, dtype=torch.long))
-    ids = torch.zeros(2, 6, dtype=torch.long)
-    for bad, match in [
-        (torch.tensor([6, 1]), r"must lie in \[-1, 6\)"),
-        (torch.tensor([[1, 1], [2, 3]]), "repeats a position"),
-        (torch.tensor([1.0, 2.0]), "integer tensor"),
-        (torch.tensor([1, 2, 3]), r"shape \[batch\]"),
-    ]:
-        with pytest.raises(ValueError, match=match):
-            model(input_ids=ids, retrieval_positions=bad)
+def test_automatic_retrieval_needs_input_ids():
     auto = make(query_token_id=3, auto_retrieve_on_query_token=True)
     with pytest.raises(ValueError, match="needs input_ids"):
         auto(inputs_embeds=torch.zeros(1, 4, 32))
