@@ -259,3 +259,22 @@ def test_a_new_module_in_the_package_is_discovered(tmp_path, monkeypatch):
         for name in [m for m in sys.modules if m == "tasks_copy" or m.startswith("tasks_copy.")]:
             del sys.modules[name]
     assert "echo" not in TASKS
+
+
+@pytest.mark.parametrize("name", sorted({cls.name for cls in TASKS.values()}))
+def test_every_registered_task_keeps_the_batch_contract(name):
+    """Runs for each task in the registry, so a new task module is checked without a new test."""
+    cls = TASKS[name]
+    task = cls.from_spec("cpu" if "cpu" in cls.settings else cls.default_setting)
+    a, b = task.make(4, seed=1, split="train"), task.make(4, seed=1, split="train")
+    assert a.inputs.shape == a.labels.shape == (4, task.seq_len) and a.inputs.dtype == a.labels.dtype == np.int64
+    assert np.array_equal(a.inputs, b.inputs) and np.array_equal(a.labels, b.labels)
+    assert not np.array_equal(a.inputs, task.make(4, seed=1, split="test").inputs)
+    assert a.inputs.min() >= 0 and a.inputs.max() < task.vocab_size
+    scored = a.labels[a.scored]
+    assert scored.size and scored.min() >= 0 and scored.max() < task.vocab_size
+    assert not a.scored[:, -1].any()  # the last position has no slot after the shift (to_hf_labels)
+    rows = np.arange(4)[:, None]
+    real = a.retrieval_positions >= 0
+    assert a.scored[np.broadcast_to(rows, real.shape)[real], a.retrieval_positions[real]].all()
+    assert all(len(v) == 4 for v in a.meta.values())
