@@ -28,7 +28,7 @@ from slmlab.models import get_family
 
 def build(args):
     tok = None
-    if not (args.data.split(":")[0] in ("mqar", "t1", "t7", "distance_retrieval")):
+    if args.data.split(":")[0] not in ("mqar", "t1", "t7", "distance_retrieval"):
         if args.tokenizer == "bpe":
             texts = get_source(args.data, None, args.block_size, cache_dir=args.cache).train_texts()
             tok = get_tokenizer("bpe", texts=texts, vocab_size=args.vocab_size, cache_dir=args.cache)

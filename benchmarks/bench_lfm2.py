@@ -17,14 +17,13 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers import Lfm2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import adamw_step, floor_row, generation_rows, print_table, timeit_interleaved  # noqa: E402
-
 from slmlab.generation import build_plan, generate  # noqa: E402
 from slmlab.models.lfm2 import Lfm2SmallConfig, config_to_transformers, from_transformers  # noqa: E402
 

@@ -19,7 +19,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import adamw_step, floor_row, generation_rows, matmul_peak_gflops, print_table, timeit  # noqa: E402
-
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
 

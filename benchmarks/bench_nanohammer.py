@@ -30,7 +30,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import print_table  # noqa: E402
-
 from slmlab.generation import generate  # noqa: E402
 from slmlab.layers import apply_rotary  # noqa: E402
 from slmlab.models.nanohammer import NanoHammerConfig, NanoHammerForCausalLM, cache_nbytes  # noqa: E402

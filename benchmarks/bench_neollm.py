@@ -26,7 +26,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import adamw_step, print_table  # noqa: E402
-
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
 from slmlab.models.neollm import NeoLLMConfig, NeoLLMForCausalLM  # noqa: E402

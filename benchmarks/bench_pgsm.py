@@ -30,7 +30,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import print_table  # noqa: E402
-
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.pgsm import PGSMConfig, PGSMForCausalLM  # noqa: E402
 
@@ -71,8 +70,8 @@ def bench_generation(size, device, context, new_tokens, repeats):
         outs = {}
         for rep in range(repeats + 1):
             for name, fn in (
-                ("stream", lambda: generate(model, ids, new_tokens, model_kwargs=kwargs)),
-                ("recompute", lambda: recompute_generate(model, ids, new_tokens, kwargs)),
+                ("stream", lambda model=model, ids=ids, kwargs=kwargs: generate(model, ids, new_tokens, model_kwargs=kwargs)),
+                ("recompute", lambda model=model, ids=ids, kwargs=kwargs: recompute_generate(model, ids, new_tokens, kwargs)),
             ):
                 sync(device)
                 t0 = time.perf_counter()
@@ -138,7 +137,7 @@ def bench_training(size, device, lengths, tokens, repeats):
         ids = torch.randint(0, 256, (b, t), generator=gen).to(device)
         pos = torch.randint(t // 2, t, (b,), generator=gen).to(device)
 
-        def step():
+        def step(ids=ids, pos=pos):
             opt.zero_grad(set_to_none=True)
             model(input_ids=ids, labels=ids, retrieval_positions=pos, use_cache=False).loss.backward()
             opt.step()

@@ -336,7 +336,10 @@ def test_step_size_initialised_after_from_config_and_from_pretrained(tmp_path):
 
 def test_seed_config_json_with_auto_map_and_float_state_size_loads(tmp_path):
     seed_cfg = {**TINY, "model_type": "nanohammer", "state_hidden_size": 8.0, "num_state_heads": 2, "rope_scaling": None}
-    seed_cfg["auto_map"] = {"AutoConfig": "NanoHammerForCausalLM.NanoHammerConfig", "AutoModelForCausalLM": "NanoHammerForCausalLM.NanoHammerForCausalLM"}
+    seed_cfg["auto_map"] = {
+        "AutoConfig": "NanoHammerForCausalLM.NanoHammerConfig",
+        "AutoModelForCausalLM": "NanoHammerForCausalLM.NanoHammerForCausalLM",
+    }
     (tmp_path / "config.json").write_text(json.dumps(seed_cfg))
     cfg = AutoConfig.from_pretrained(tmp_path)
     assert isinstance(cfg, NanoHammerConfig)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 import transformers.initialization as hf_init
 
+from slmlab.models.neollm.components import ForwardContext, ResidualState
 from slmlab.models.neollm.components.attention import (
     UNBUILT_FLAGS,
     ExclusiveSelfAttention,
@@ -23,7 +24,6 @@ from slmlab.models.neollm.components.attention import (
     fwht,
     hadamard_matrix,
 )
-from slmlab.models.neollm.components import ForwardContext, ResidualState
 from slmlab.models.neollm.configuration_neollm import NeoLLMConfig
 
 ATOL = 1e-5

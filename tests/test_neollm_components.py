@@ -18,12 +18,12 @@ from slmlab.models.neollm.components import (
     NoFAN,
     NoSpellingBee,
     PreNormResidual,
+    ResidualState,
     RowColMultipliedLinear,
     RowMultipliedLinear,
     SiameseReadout,
     SiameseResidual,
     SpellingBee,
-    ResidualState,
     make_fan,
     multiplied_linear,
 )

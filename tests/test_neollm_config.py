@@ -10,7 +10,6 @@ import pytest
 from transformers import AutoConfig
 
 import slmlab  # noqa: F401  (registers the families)
-
 from slmlab.models.neollm.configuration_neollm import NeoLLMConfig
 
 LOGGER = "slmlab.models.neollm.configuration_neollm"

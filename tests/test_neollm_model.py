@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from family_tester import ATOL, FamilyTester, decode_stepwise, left_pad
+from family_tester import ATOL, FamilyTester, decode_stepwise
 from slmlab.models.neollm import PRESETS, NeoLLMConfig, NeoLLMForCausalLM, audit_parameters
 
 TINY = PRESETS["neollm-tiny"]

@@ -2,8 +2,8 @@
 
 from .attention import CausalSelfAttention, attend_projected, check_head_layout, sdpa
 from .cache import ConvState, KVState, LayerState, ModelCache, TensorState
-from .fused import ConcatenatedWeights, frozen_weights
 from .conv import CausalDepthwiseConv1d
+from .fused import ConcatenatedWeights, frozen_weights
 from .masks import AttentionBias, causal_bias, has_padding, position_ids_from_mask
 from .mlp import SwiGLU
 from .norm import RMSNorm

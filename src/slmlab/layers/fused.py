@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -58,7 +58,7 @@ class ConcatenatedWeights:
             self._key = key
         return self._value
 
-    def __deepcopy__(self, memo) -> "ConcatenatedWeights":
+    def __deepcopy__(self, memo) -> ConcatenatedWeights:
         return ConcatenatedWeights()  # a copy rebuilds its own cache from its own weights
 
     def __getstate__(self) -> dict:

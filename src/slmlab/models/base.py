@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -145,7 +145,7 @@ class ForwardInputs:
 
 
 def prepare_inputs(
-    model: "SLMBaseModel",
+    model: SLMBaseModel,
     input_ids: torch.Tensor | None,
     inputs_embeds: torch.Tensor | None,
     attention_mask: torch.Tensor | None,
@@ -261,7 +261,7 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
     ``model.embed_tokens``); family-specific forward inputs (PGSM's ``retrieval_positions``) pass
     through ``**family_inputs`` to the base model. ``labels`` are shifted inside; a family with
     auxiliary losses overrides :meth:`compute_loss`. A family with a decode plan
-    (:mod:`slmlab.layers.decode`) sets ``decode_plan_builder``.
+    (:mod:`slmlab.generation.plan`) sets ``decode_plan_builder``.
     """
 
     base_model_class: type[nn.Module]

@@ -145,7 +145,7 @@ class RunConfig:
     data_errors: str = "strict"
     ddp_find_unused: bool = False
 
-    def validate(self) -> "RunConfig":
+    def validate(self) -> RunConfig:
         for key in ("vocab_size", "block_size", "batch_size", "grad_accum", "max_steps", "log_every"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

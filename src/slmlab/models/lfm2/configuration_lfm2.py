@@ -177,7 +177,7 @@ class Lfm2SmallConfig(PretrainedConfig):
 
     # -- constructors ------------------------------------------------------------------------
     @classmethod
-    def from_yaml(cls, path: str | Path, **overrides) -> "Lfm2SmallConfig":
+    def from_yaml(cls, path: str | Path, **overrides) -> Lfm2SmallConfig:
         """Read the seed's ``configs/model.yaml`` layout: model fields under ``backbone:``,
         ``num_transactions`` / ``features_per_transaction`` under ``sequence:``.
 

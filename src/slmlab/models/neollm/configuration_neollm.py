@@ -52,9 +52,11 @@ class NeoLLMConfig(PretrainedConfig):
         use_directional_routing, directional_routing_k, directional_routing_temp: docs/neollm-attention.md#directional-routing.
         use_attn_res, attn_res_num_blocks: attention residuals over depth (docs/neollm-residual.md#attnres).
         use_stack_memory, stack_d_model, num_mem_heads, stack_slots, stack_memory_cache_size: docs/neollm-residual.md#stackmemory.
-        use_fan_residual, fan_ratio, fan_ratio_ffn: FANformer maps (docs/neollm-attention.md#order-of-operations, docs/neollm-residual.md#mlp-and-activations) and the FAN value
-            residual (docs/neollm-residual.md#value-residual). A ratio of 0 means "no FAN module".
-        use_learnable_multipliers, use_embedding_multipliers: learnable multipliers (docs/neollm-attention.md#order-of-operations, docs/neollm-residual.md#mlp-and-activations).
+        use_fan_residual, fan_ratio, fan_ratio_ffn: FANformer maps (docs/neollm-attention.md#order-of-operations,
+            docs/neollm-residual.md#mlp-and-activations) and the FAN value residual
+            (docs/neollm-residual.md#value-residual). A ratio of 0 means "no FAN module".
+        use_learnable_multipliers, use_embedding_multipliers: learnable multipliers
+            (docs/neollm-attention.md#order-of-operations, docs/neollm-residual.md#mlp-and-activations).
         use_lns, use_gpas, use_siamesenorm, siamese_normalized_input, siamese_depth_scaling,
             siamese_attn_x_scale_init, use_embedding_input_norm: norms and residual topology (docs/neollm-residual.md#siamesenorm).
         use_token_generator, generator_*: Leviathan generator (docs/neollm-residual.md#token-generator).

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 

@@ -1,8 +1,7 @@
 """PGSM family (seed 001): attention-free conv backbone with query-only sparse RoPE retrieval."""
 
 from ..registry import Family, register_family
-from .configuration_pgsm import PGSMConfig
-from .configuration_pgsm import SIZE_PRESETS
+from .configuration_pgsm import SIZE_PRESETS, PGSMConfig
 from .convert import config_from_seed, convert_seed_state_dict
 from .modeling_pgsm import PGSMForCausalLM, PGSMModel, audit_parameters, build_pgsm_model
 

@@ -158,7 +158,7 @@ class PGSMConfig(PretrainedConfig):
         return self.retrieval_dim // self.retrieval_heads
 
     @classmethod
-    def from_size(cls, size: str, vocab_size: int = 256, block_size: int | None = None, **overrides: Any) -> "PGSMConfig":
+    def from_size(cls, size: str, vocab_size: int = 256, block_size: int | None = None, **overrides: Any) -> PGSMConfig:
         """A named size (``tiny``/``small``/``medium``/``large``) with the seed's override semantics:
         the preset's values first, then ``vocab_size``/``block_size``, then ``overrides`` (which must
         name config fields)."""
@@ -174,19 +174,19 @@ class PGSMConfig(PretrainedConfig):
         return cls(**{**values, **overrides})
 
     @classmethod
-    def tiny(cls, vocab_size: int = 256, block_size: int = 512, **overrides: Any) -> "PGSMConfig":
+    def tiny(cls, vocab_size: int = 256, block_size: int = 512, **overrides: Any) -> PGSMConfig:
         return cls.from_size("tiny", vocab_size, block_size, **overrides)
 
     @classmethod
-    def small(cls, vocab_size: int = 256, block_size: int = 1024, **overrides: Any) -> "PGSMConfig":
+    def small(cls, vocab_size: int = 256, block_size: int = 1024, **overrides: Any) -> PGSMConfig:
         return cls.from_size("small", vocab_size, block_size, **overrides)
 
     @classmethod
-    def medium(cls, vocab_size: int, block_size: int = 2048, **overrides: Any) -> "PGSMConfig":
+    def medium(cls, vocab_size: int, block_size: int = 2048, **overrides: Any) -> PGSMConfig:
         return cls.from_size("medium", vocab_size, block_size, **overrides)
 
     @classmethod
-    def large(cls, vocab_size: int, block_size: int = 4096, **overrides: Any) -> "PGSMConfig":
+    def large(cls, vocab_size: int, block_size: int = 4096, **overrides: Any) -> PGSMConfig:
         return cls.from_size("large", vocab_size, block_size, **overrides)
 
 

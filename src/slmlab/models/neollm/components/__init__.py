@@ -4,8 +4,8 @@ positional machinery; the files here hold the residual flow and its typed state 
 norms, MLP, the embedding side and the one table of unbuilt options (``unbuilt.py``)."""
 
 from .activations import XIELU, make_activation
-from .context import FlowEnds, ForwardContext, ResidualFlow, ResidualState
 from .build import build_mlp, build_readout, build_residual, build_spelling_bee, check_built
+from .context import FlowEnds, ForwardContext, ResidualFlow, ResidualState
 from .fan import FANFeatures, NoFAN, make_fan
 from .mlp import NeoLLMMLP
 from .multipliers import RowColMultipliedLinear, RowMultipliedLinear, multiplied_linear

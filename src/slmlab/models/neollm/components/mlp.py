@@ -51,7 +51,7 @@ class NeoLLMMLP(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     @classmethod
-    def from_config(cls, config, layer_idx: int) -> "NeoLLMMLP":
+    def from_config(cls, config, layer_idx: int) -> NeoLLMMLP:
         """The MLP of layer ``layer_idx`` (every layer has the same one)."""
         return cls(
             config.hidden_size,

@@ -10,7 +10,7 @@ position ``i`` 1-based (our decision). Ids with ``n_t = 0`` (specials, ids the t
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

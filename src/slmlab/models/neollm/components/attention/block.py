@@ -50,7 +50,7 @@ class NeoLLMAttention(nn.Module):
 
     def __init__(self, config, layer_idx: int) -> None:
         super().__init__()
-        d, h, h_kv, hd = config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        h, h_kv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
         self.layer_idx, self.kind = layer_idx, config.iha_kind(layer_idx)
         self.num_heads, self.num_kv_heads, self.head_dim = h, h_kv, hd
         self.fan = FANFeatures.from_config(config, layer_idx)

@@ -82,7 +82,7 @@ class AttentionCore(nn.Module):
         self.warn_on_freeze = warn_on_freeze
 
     @classmethod
-    def from_config(cls, config, layer_idx: int) -> "AttentionCore":
+    def from_config(cls, config, layer_idx: int) -> AttentionCore:
         """The core of layer ``layer_idx``: its ``P_eff``, whether it is local, the window, dropout
         and attention function."""
         kind = config.iha_kind(layer_idx)

@@ -13,8 +13,8 @@ Maths of the built entry (``docs/neollm-attention.md#attention-core``): ``o_i = 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

@@ -23,7 +23,7 @@ class OutputGate(nn.Module):
     """Shapes: o, gate ``[B, T, H, D]`` -> ``[B, T, H, D]``."""
 
     @classmethod
-    def from_config(cls, config, layer_idx: int) -> "OutputGate":
+    def from_config(cls, config, layer_idx: int) -> OutputGate:
         """Always on (no flag)."""
         return cls()
 
