@@ -50,3 +50,9 @@ def test_unknown_command_and_top_level_help(capsys):
     assert cli.main(["frobnicate"]) == 2
     assert cli.main([]) == 0
     assert "audit" in capsys.readouterr().out
+
+
+def test_a_bare_word_among_overrides_is_an_actionable_error(capsys):
+    assert cli.main(["audit", "lumen", "word"]) == 2
+    err = capsys.readouterr().err
+    assert "slmlab audit: error: expected key=value, got 'word'; write each override as key=value" in err

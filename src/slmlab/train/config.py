@@ -196,7 +196,10 @@ def parse_overrides(items: list[str]) -> dict:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"expected key=value, got {item!r}")
+            raise ValueError(
+                f"expected key=value, got {item!r}; write each override as key=value"
+                " (e.g. lr=3e-4 or model_config.hidden_size=64)"
+            )
         _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
     return tree
 
