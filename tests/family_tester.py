@@ -91,6 +91,13 @@ def common_bad_inputs(model) -> list[tuple[dict, type, str]]:
         (dict(input_ids=ids, attention_mask=torch.ones(1, 5)), ValueError, "attention_mask must have shape"),
         (dict(inputs_embeds=torch.zeros(1, 4, 7)), ValueError, "inputs_embeds must have shape"),
         (dict(), ValueError, "exactly one of input_ids or inputs_embeds"),
+        (dict(input_ids=torch.zeros(0, 4, dtype=torch.long)), ValueError, "empty batch"),
+        (dict(input_ids=torch.zeros(1, 0, dtype=torch.long)), ValueError, "empty sequence"),
+        (dict(input_ids=ids, labels=torch.zeros(1, 3, dtype=torch.long)), ValueError, "labels must have the inputs' shape"),
+        (dict(input_ids=ids, labels=torch.full((1, 4), model.config.vocab_size)), ValueError, "label .* outside the vocabulary"),
+        (dict(input_ids=ids, labels=torch.full((1, 4), -5)), ValueError, "label -5 is outside the vocabulary"),
+        (dict(input_ids=ids, position_ids=torch.arange(3)[None]), ValueError, "position_ids must have shape"),
+        (dict(input_ids=ids, position_ids=torch.arange(4)), ValueError, "position_ids must have shape"),
     ]
 
 

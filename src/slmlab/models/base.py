@@ -43,6 +43,37 @@ def validate_length(total_length: int, max_positions: int | None, field: str = "
         )
 
 
+def validate_nonempty(shape: tuple[int, ...], name: str) -> None:
+    """An empty batch or an empty sequence reaches no layer: say so before torch does."""
+    if shape[0] == 0 or shape[1] == 0:
+        what = "batch" if shape[0] == 0 else "sequence"
+        raise ValueError(f"{name} has an empty {what} (shape {tuple(shape)}); pass at least one sequence of at least one token")
+
+
+def validate_position_ids(position_ids: torch.Tensor, batch: int, length: int) -> None:
+    if tuple(position_ids.shape) not in ((batch, length), (1, length)):
+        raise ValueError(
+            f"position_ids must have shape [batch, seq_len] = {(batch, length)} (or [1, seq_len]), got {tuple(position_ids.shape)}"
+        )
+
+
+def validate_labels(labels: torch.Tensor, shape: tuple[int, int], vocab_size: int, ignore_index: int = -100) -> None:
+    """``labels`` are aligned with the inputs: same ``[batch, seq_len]``, ids in ``[0, V)`` or ``ignore_index``."""
+    if tuple(labels.shape) != tuple(shape):
+        raise ValueError(
+            f"labels must have the inputs' shape [batch, seq_len] = {tuple(shape)}, got {tuple(labels.shape)}; labels are"
+            " aligned with input_ids (the model shifts them)"
+        )
+    if labels.is_floating_point():
+        raise TypeError(f"labels must be an integer tensor, got dtype {labels.dtype}")
+    bad = labels[(labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))]
+    if bad.numel():
+        raise ValueError(
+            f"label {int(bad[0])} is outside the vocabulary [0, {vocab_size}); use {ignore_index} for positions that do not"
+            " count, and check that the tokenizer matches the model (config.vocab_size)"
+        )
+
+
 def validate_embeds(inputs_embeds: torch.Tensor, hidden_size: int) -> None:
     if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != hidden_size:
         raise ValueError(f"inputs_embeds must have shape [batch, seq_len, {hidden_size}], got {tuple(inputs_embeds.shape)}")
@@ -162,9 +193,11 @@ def prepare_inputs(
     decoding = cache is not None or use_cache is True
     if input_ids is not None:
         validate_input_ids(input_ids, config.vocab_size)
+        validate_nonempty(tuple(input_ids.shape), "input_ids")
         inputs_embeds = model.embed(input_ids)
     else:
         model.check_inputs_embeds(inputs_embeds)
+        validate_nonempty(tuple(inputs_embeds.shape), "inputs_embeds")
     use_cache = bool(getattr(config, "use_cache", True) if use_cache is None else use_cache)
     if use_cache and cache is None:
         cache = model.new_cache(inputs_embeds.shape[0])
@@ -177,6 +210,8 @@ def prepare_inputs(
         )
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask, past, t, b, inputs_embeds.device)
+    else:
+        validate_position_ids(position_ids, b, t)
     hidden_states = [inputs_embeds] if output_hidden_states else None
     return ForwardInputs(
         inputs_embeds, cache, past, position_ids, use_cache, decoding, input_ids, attention_mask, hidden_states
@@ -332,6 +367,10 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         output_hidden_states: bool | None = None,
         **family_inputs,
     ) -> CausalLMOutputWithPast:
+        if labels is not None:
+            given = input_ids if input_ids is not None else inputs_embeds
+            if given is not None:
+                validate_labels(labels, tuple(given.shape[:2]), self.config.vocab_size, getattr(self.config, "ignore_index", -100))
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
