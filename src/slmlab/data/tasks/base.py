@@ -153,6 +153,10 @@ def _parse_value(key: str, text: str, annotation) -> object:
     kind = str(annotation)
     if "None" in kind and text.lower() in ("none", ""):
         return None
+    if "bool" in kind:
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"field {key!r} expects true or false, got {text!r}")
+        return text.lower() in ("true", "1")
     for name, cast in (("float", float), ("int", int)):
         if name in kind:
             try:
