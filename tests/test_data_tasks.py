@@ -30,9 +30,28 @@ from slmlab.models.base import causal_lm_loss
 SMALL_MQAR = dict(V=256, T=64, N=8, n_train=10, n_test=10)
 SMALL_T7 = dict(T=64, distance=40, D=3, n_train=10, n_test=10)
 
+# A small config (or several) per registered task: the parametrised tests below are built from TASKS,
+# and test_every_task_has_a_small_config fails when a task is registered without an entry here.
+SMALL_SPECS = {
+    "mqar": ["mqar:cpu,V=256,N=8", "mqar:cpu,V=256,N=8,filler=random", "mqar:cpu,V=256,N=4,num_passes=3"],
+    "t7": ["t7:cpu,T=64,distance=40,D=3"],
+    "ar": ["ar:cpu,T=32", "ar:cpu,T=33"],
+    "selective_copy": ["t3:cpu,T=64,M=8", "t3:cpu,T=64,M=8,variable=false"],
+    "induction": ["t4:cpu,variant=trigger,V=16,T=32", "t4:cpu,T=64"],
+    "niah": [f"t5:cpu,T=96,variant={v}" for v in ("single", "multikey", "multivalue", "multiquery", "vartrack")]
+    + ["t5:cpu,T=128,variant=multikey,D=7,haystack=essay", "t5:cpu,T=160,variant=vartrack,hops=4,count=4"],
+    "passkey": ["t6:cpu"],
+}
+ALL_SMALL = [spec for name in sorted({cls.name for cls in TASKS.values()}) for spec in SMALL_SPECS.get(name, [])]
 
-@pytest.mark.parametrize("task", [MQAR(**SMALL_MQAR), MQAR(**SMALL_MQAR, filler="random"), DistanceRetrieval(**SMALL_T7)])
-def test_generators_are_deterministic_per_seed_and_split(task):
+
+def test_every_task_has_a_small_config():
+    assert sorted({cls.name for cls in TASKS.values()}) == sorted(SMALL_SPECS)
+
+
+@pytest.mark.parametrize("spec", ALL_SMALL)
+def test_generators_are_deterministic_per_seed_and_split(spec):
+    task = parse_task_spec(spec)
     a, b = task.make(50, 3, "train"), task.make(50, 3, "train")
     for x, y in [(a.inputs, b.inputs), (a.labels, b.labels), (a.retrieval_positions, b.retrieval_positions)]:
         assert x.tobytes() == y.tobytes()
@@ -41,8 +60,9 @@ def test_generators_are_deterministic_per_seed_and_split(task):
     assert np.array_equal(task.make(50, 3, "train", chunk_rows=7).inputs, task.make(50, 3, "train", chunk_rows=7).inputs)
 
 
-@pytest.mark.parametrize("task", [MQAR(**SMALL_MQAR), DistanceRetrieval(**SMALL_T7)])
-def test_scored_positions_are_the_retrieval_positions(task):
+@pytest.mark.parametrize("spec", ALL_SMALL)
+def test_scored_positions_are_the_retrieval_positions(spec):
+    task = parse_task_spec(spec)
     b = task.make(200, 0, "train")
     rows, cols = np.nonzero(b.scored)
     assert np.array_equal(np.sort(cols.reshape(len(b.inputs), -1), axis=1), b.retrieval_positions)
@@ -278,3 +298,177 @@ def test_every_registered_task_keeps_the_batch_contract(name):
     real = a.retrieval_positions >= 0
     assert a.scored[np.broadcast_to(rows, real.shape)[real], a.retrieval_positions[real]].all()
     assert all(len(v) == 4 for v in a.meta.values())
+
+
+# -- T2-T6 invariants (benchmark spec section 2) ------------------------------------------------
+
+
+def test_ar_label_is_the_maps_value_of_the_queried_key():
+    from slmlab.data.tasks.ar import COPY, KEYS, VALUES
+
+    for T in (32, 33):
+        b = parse_task_spec(f"ar:cpu,T={T}").make(300, 0, "train")
+        assert (b.retrieval_positions[:, 0] == T - 2).all() and (b.inputs[:, T - 3] == COPY).all()
+        for x, y in zip(b.inputs, b.labels):
+            start = (T - 3) % 2
+            keys, values = x[start : T - 3 : 2], x[start + 1 : T - 3 : 2]
+            assert ((keys >= KEYS[0]) & (keys < KEYS[1])).all() and ((values >= VALUES[0]) & (values < VALUES[1])).all()
+            mapping = {}
+            for k, v in zip(keys, values):
+                assert mapping.setdefault(k, v) == v  # repeated keys keep their value
+            assert x[T - 2] in mapping and y[T - 2] == mapping[x[T - 2]]
+        assert len(np.unique(b.labels[:, T - 2])) > 10  # every value occurs as an answer
+
+
+@pytest.mark.parametrize("variable", [True, False])
+def test_selective_copy_marker_i_predicts_data_token_i(variable):
+    task = parse_task_spec(f"t3:cpu,T=64,M=8,variable={variable}")
+    A, M, slots = task.A, task.M, task.noise_slots + task.M
+    b = task.make(300, 0, "train")
+    for x, y, q in zip(b.inputs, b.labels, b.retrieval_positions):
+        region = x[:slots]
+        data_pos = np.flatnonzero(region != 0)
+        assert len(data_pos) == M and ((region[data_pos] >= 1) & (region[data_pos] <= A - 2)).all()
+        assert np.array_equal(q, np.arange(slots, slots + M)) and (x[q] == A - 1).all() and x[-1] == 0
+        assert np.array_equal(y[q], region[data_pos])  # marker i predicts the i-th data token
+        if not variable:
+            assert np.array_equal(data_pos, np.arange(M))
+    if variable:
+        assert len({tuple(np.flatnonzero(x[:slots])) for x in b.inputs}) > 250
+
+
+def test_selective_copy_hand_built_example_through_the_one_label_conversion():
+    """T=6, M=2, L=1: [blank, 3, 5, marker, marker, blank]. The prediction made at the first marker
+    (position 3) must be 3 and at the second (4) must be 5; after to_hf_labels the model's shifted loss
+    compares logits[p] with hf[p + 1]."""
+    task = parse_task_spec("t3:cpu,T=6,M=2,A=8")
+    inputs = np.array([[0, 3, 5, 7, 7, 0]])
+    labels = np.full((1, 6), IGNORE_INDEX)
+    labels[0, [3, 4]] = [3, 5]
+    batch = task.make(2000, 0, "train")
+    row = np.flatnonzero((batch.inputs == inputs).all(axis=1))
+    assert row.size and np.array_equal(batch.labels[row[0]], labels[0])  # the generator writes this very row
+    hf = torch.from_numpy(to_hf_labels(labels))
+    assert hf.tolist() == [[IGNORE_INDEX] * 4 + [3, 5]]
+    right = torch.full((1, 6, 8), -20.0)
+    right[0, 3, 3] = right[0, 4, 5] = 20.0
+    shifted_twice = torch.full((1, 6, 8), -20.0)
+    shifted_twice[0, 4, 3] = shifted_twice[0, 5, 5] = 20.0
+    assert causal_lm_loss(right, hf).item() < 1e-6 and causal_lm_loss(shifted_twice, hf).item() > 10
+
+
+def test_induction_trigger_appears_twice_and_the_label_follows_the_first():
+    task = parse_task_spec("t4:cpu,variant=trigger,V=16,T=32")
+    b = task.make(300, 0, "train")
+    for x, y, (q,) in zip(b.inputs, b.labels, b.retrieval_positions):
+        s = np.flatnonzero(x == 0)
+        assert len(s) == 2 and s[1] == q == 30 and y[q] == x[s[0] + 1] and x[s[0] + 1] != 0
+    assert len(np.unique(b.meta["offset"])) > 10
+
+
+def test_induction_segment_copies_its_source_at_varying_offsets():
+    task = parse_task_spec("t4:cpu,T=64")
+    L = task.segment_len
+    b = task.make(300, 0, "train")
+    for x, y, q, off in zip(b.inputs, b.labels, b.retrieval_positions, b.meta["offset"]):
+        s2 = q[0]
+        s1 = s2 - off
+        assert 0 <= s1 and s1 + L <= s2 and task.T // 2 <= s2 <= task.T - L
+        assert np.array_equal(x[s2 : s2 + L], x[s1 : s1 + L])
+        assert np.array_equal(q, np.arange(s2, s2 + L - 1)) and np.array_equal(y[q], x[q + 1])
+    assert len(np.unique(b.meta["offset"])) > 20  # a fixed offset would teach a positional head
+    longer = task.with_length(128).make(10, 0, "test")
+    assert longer.inputs.shape == (10, 128) and (longer.meta["group"] == 128).all() and task.lengths == (64, 128, 256)
+
+
+@pytest.mark.parametrize("spec", SMALL_SPECS["niah"])
+def test_niah_needles_are_well_formed_and_the_answer_is_the_queried_keys_digits(spec):
+    from slmlab.data.tasks.niah import DIGITS, EQ, HAYSTACK, NEEDLE, QUERY, SEP, VAR
+
+    task = parse_task_spec(spec)
+    m, H = task.m, task.haystack_len
+    b = task.make(200, 0, "train")
+    for x, y, q, depth in zip(b.inputs, b.labels, b.retrieval_positions, b.meta["depth"]):
+        hay = x[:H]
+        specials = np.isin(hay, [NEEDLE, VAR])
+        plain = ~np.isin(np.arange(H), np.concatenate([np.arange(s, s + task.needle_len) for s in np.flatnonzero(specials)]))
+        assert ((hay[plain] >= HAYSTACK[0]) & (hay[plain] < HAYSTACK[1])).all() or task.variant == "vartrack"
+        needles = {}
+        for s in np.flatnonzero(hay == NEEDLE):
+            body = hay[s : s + m + 3]
+            assert body[-1] == SEP and ((body[2:-1] >= DIGITS[0]) & (body[2:-1] < DIGITS[1])).all()
+            needles.setdefault(int(body[1]), []).append(body[2:-1])
+        queries = np.flatnonzero(x[H:] == QUERY) + H
+        assert len(queries) == task.queries
+        answer = []
+        for qpos in queries:
+            key = int(x[qpos + 1])
+            digits = x[qpos + 2 : qpos + 2 + task.answer_digits]
+            if task.variant == "vartrack":
+                chain = {int(hay[s + 1]): hay[s + 3 : s + 3 + m] if hay[s + 3] >= DIGITS[0] and hay[s + 3] < DIGITS[1]
+                         else int(hay[s + 3]) for s in np.flatnonzero(hay == VAR)}
+                assert all(hay[s + 2] == EQ for s in np.flatnonzero(hay == VAR))
+                value, hops = chain[key], 0
+                while isinstance(value, int):
+                    value, hops = chain[value], hops + 1
+                assert hops == task.hops and np.array_equal(value, digits)
+                first = int(np.flatnonzero(hay == VAR)[0])
+                assert abs(first / (H - task.needle_len - 4 * task.hops) - depth / 10) <= 1 / H + 1e-9
+            else:
+                assert np.array_equal(np.concatenate(needles[key]), digits)  # all values, in order of appearance
+            answer.append(digits)
+            assert np.array_equal(y[qpos + 1 : qpos + 1 + task.answer_digits], digits)
+        assert len(q) == sum(len(a) for a in answer) == task.queries * task.answer_digits
+        if task.variant == "multikey":
+            assert len(needles) == 1 + task.D
+        if task.variant in ("single", "multikey", "multiquery"):
+            assert all(len(v) == 1 for v in needles.values())
+        if task.variant in ("single", "multikey"):  # the queried needle sits at its depth bucket
+            start = int(np.flatnonzero((hay == NEEDLE) & (np.roll(hay, -1) == x[queries[0] + 1]))[0])
+            assert abs(start / (H - task.needle_len) - depth / 10) <= 1 / H + 1e-9
+    assert set(np.unique(b.meta["depth"])) == set(range(11))
+
+
+def test_passkey_scored_bytes_are_the_passkey_digits_at_their_depth():
+    from slmlab.data.tasks.passkey import INSTRUCTION, QUESTION
+
+    task = parse_task_spec("t6:cpu")
+    b = task.make(100, 0, "train")
+    for x, y, q, key, depth in zip(b.inputs, b.labels, b.retrieval_positions, b.meta["passkey"], b.meta["depth"]):
+        text = bytes(x.astype(np.uint8)).decode("ascii")
+        digits = str(key)
+        assert text.endswith(QUESTION.decode() + digits) and len(digits) == 5
+        assert "".join(chr(c) for c in y[q]) == digits and np.array_equal(q, np.arange(task.T - 6, task.T - 1))
+        start = text.index(f"The pass key is {key}. Remember it.")
+        assert abs((start - len(INSTRUCTION)) / task.filler_len - depth / 10) <= 0.05  # at the nearest sentence boundary
+
+
+@pytest.mark.parametrize("spec", ["ar:cpu,T=32,n_train=200,n_test=50", "t5:cpu,T=96,n_train=200,n_test=50"])
+def test_the_leakage_check_runs_for_new_tasks(spec):
+    from slmlab.data.sources import TaskSource
+
+    source = TaskSource(spec, parse_task_spec(spec))
+    next(source.eval_batches("test", 8))
+    assert set(source.leakage) == {"validation", "test"} and all(0.0 <= v <= 1.0 for v in source.leakage.values())
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("ar:cpu,T=5", "T must be >= 7"),
+        ("t3:cpu,T=16,M=8", "need T >= 2M \\+ 1"),
+        ("t3:cpu,variable=maybe", "expects true or false"),
+        ("t4:cpu,variant=loop", "variant must be one of"),
+        ("t4:cpu,T=66", "multiple of 4"),
+        ("t4:cpu,test_lengths=64/x", "test_lengths must be integers"),
+        ("t5:cpu,T=18", "too short for"),
+        ("t5:cpu,variant=haystack", "variant must be one of"),
+        ("t5:cpu,depth=11", "depth must be a bucket"),
+        ("t5:cpu,count=5", "count must be in"),
+        ("t6:cpu,T=200", "T must be >= "),
+        ("mqar:cpu,num_passes=8", "num_passes must be >= 1"),
+    ],
+)
+def test_invalid_new_task_configs_name_the_field(spec, match):
+    with pytest.raises(ValueError, match=match):
+        parse_task_spec(spec)

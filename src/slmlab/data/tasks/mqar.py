@@ -4,7 +4,9 @@ Arora et al., "Zoology: Measuring and Improving Recall in Efficient Language Mod
 arXiv:2312.04927. The first ``2N`` tokens are ``k1 v1 ... kN vN`` (keys distinct from
 ``[1, V/2)``, values distinct from ``[V/2, V)``); each key is queried once in the remaining
 ``T - 2N`` tokens at position ``2N + 2 g_i``, gaps ``g_i`` distinct with ``p(g) ∝ a (g+1)^(a-1)``;
-the prediction at a query position must be the key's value.
+the prediction at a query position must be the key's value. ``num_passes > 1`` writes the kv block
+that many times before the queries (Arora et al., "Just read twice: closing the recall gap for
+recurrent language models", arXiv:2407.05483): the queries then start at ``2N·num_passes``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class MQAR(Task):
         N: key-value pairs = queries per example (4N <= T).
         power_a: gap distribution exponent ``a`` (0.01 clusters queries early; 1 is uniform).
         filler: ``"zero"`` (non-query positions are 0, the paper figure) or ``"random"`` (uniform in [0, V)).
+        num_passes: copies of the kv block before the queries (1 = Zoology's layout; ``2N·(num_passes+1) <= T``).
         n_train / n_test: fixed set sizes.
     """
 
@@ -43,6 +46,7 @@ class MQAR(Task):
     N: int = 4
     power_a: float = 0.01
     filler: str = "zero"
+    num_passes: int = 1
 
     @property
     def vocab_size(self) -> int:
@@ -60,6 +64,10 @@ class MQAR(Task):
             raise ValueError(f"mqar: V must be even and > T={self.T}, got {self.V}")
         if self.N <= 0 or 4 * self.N > self.T:
             raise ValueError(f"mqar: N must satisfy 1 <= N and 4N <= T={self.T}, got {self.N}")
+        if self.num_passes < 1 or 2 * self.N * (self.num_passes + 1) > self.T:
+            raise ValueError(
+                f"mqar: num_passes must be >= 1 with 2N*(num_passes+1) <= T={self.T}, got {self.num_passes} (N={self.N})"
+            )
         if self.N > self.V // 2 - 1:
             raise ValueError(f"mqar: N={self.N} distinct keys do not fit in [1, V/2={self.V // 2})")
         if not self.power_a > 0:
@@ -71,16 +79,18 @@ class MQAR(Task):
         V, T, N = self.V, self.T, self.N
         keys = distinct_uniform(rng, 1, V // 2, n, N)
         values = distinct_uniform(rng, V // 2, V, n, N)
-        space = (T - 2 * N) // 2
+        kv = 2 * N * self.num_passes  # length of the (repeated) kv block
+        space = (T - kv) // 2
         weights = self.power_a * np.arange(1, space + 1, dtype=np.float64) ** (self.power_a - 1)
         gaps = weighted_sample_without_replacement(rng, weights / weights.sum(), n, N)
-        query_pos = 2 * N + 2 * gaps  # [n, N], position of each key's query
+        query_pos = kv + 2 * gaps  # [n, N], position of each key's query
 
         inputs = np.zeros((n, T), dtype=np.int64)
         if self.filler == "random":
-            inputs[:, 2 * N :] = rng.integers(0, V, size=(n, T - 2 * N))
-        inputs[:, 0 : 2 * N : 2] = keys
-        inputs[:, 1 : 2 * N : 2] = values
+            inputs[:, kv:] = rng.integers(0, V, size=(n, T - kv))
+        for p in range(self.num_passes):
+            inputs[:, 2 * N * p : 2 * N * (p + 1) : 2] = keys
+            inputs[:, 2 * N * p + 1 : 2 * N * (p + 1) : 2] = values
         np.put_along_axis(inputs, query_pos, keys, axis=1)
         labels = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
         np.put_along_axis(labels, query_pos, values, axis=1)
