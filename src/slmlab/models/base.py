@@ -351,6 +351,28 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor, base_output, num_items_in_batch=None) -> torch.Tensor:
         return causal_lm_loss(logits, labels, getattr(self.config, "ignore_index", -100), num_items_in_batch)
 
+    def scored_logits_and_loss(self, hidden: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None):
+        """The LM head only where the shifted label is scored (``forward(..., scored_only=True)``).
+
+        Synthetic tasks score a few positions per row (MQAR: ``N`` of ``T``), so the ``[B, T, V]``
+        output projection is mostly wasted; gathering the scored hidden states first gives the same
+        loss and gradients (the ignored positions contribute nothing to either).
+
+        Args:
+            hidden: ``[B, T, d]`` final hidden states.
+            labels: ``[B, T]`` aligned labels (shifted here, as :func:`causal_lm_loss` does).
+        Returns:
+            ``(logits [n, V], loss)``: one row per scored prediction, in row-major order of ``(b, p)``.
+        """
+        ignore = getattr(self.config, "ignore_index", -100)
+        target = F.pad(labels[:, 1:], (0, 1), value=ignore).to(hidden.device)
+        keep = target != ignore
+        logits = self.lm_head(hidden[keep])
+        if num_items_in_batch is None:
+            return logits, F.cross_entropy(logits.float(), target[keep])
+        total = F.cross_entropy(logits.float(), target[keep], reduction="sum")
+        return logits, total / torch.as_tensor(num_items_in_batch, device=total.device, dtype=total.dtype)
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -365,8 +387,12 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         logits_to_keep: int = 0,
         num_items_in_batch=None,
         output_hidden_states: bool | None = None,
+        scored_only: bool = False,
         **family_inputs,
     ) -> CausalLMOutputWithPast:
+        """transformers' causal-LM forward; ``scored_only=True`` (with ``labels``) runs the LM head only
+        at the positions whose shifted label is not ``ignore_index`` (:meth:`scored_logits_and_loss`):
+        the same loss, ``logits`` of shape ``[n_scored, V]``."""
         if labels is not None:
             given = input_ids if input_ids is not None else inputs_embeds
             if given is not None:
@@ -383,10 +409,13 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
             **family_inputs,
         )
         hidden = out.last_hidden_state
-        if logits_to_keep:
-            hidden = hidden[:, -logits_to_keep:]
-        logits = self.lm_head(hidden)
-        loss = self.compute_loss(logits, labels, out, num_items_in_batch) if labels is not None else None
+        if scored_only and labels is not None:
+            logits, loss = self.scored_logits_and_loss(hidden, labels, num_items_in_batch)
+        else:
+            if logits_to_keep:
+                hidden = hidden[:, -logits_to_keep:]
+            logits = self.lm_head(hidden)
+            loss = self.compute_loss(logits, labels, out, num_items_in_batch) if labels is not None else None
         result = CausalLMOutputWithPast(
             loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states
         )
