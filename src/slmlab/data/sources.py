@@ -21,9 +21,10 @@ from transformers import PreTrainedTokenizerFast
 from .corpora import ERRORS, Corpus, load_corpus
 from .packing import TokenStream, gather_blocks, token_cache
 from .sampler import EpochSampler, check_shard
-from .tasks import IGNORE_INDEX, Task, parse_task_spec, to_hf_labels
+from .tasks import IGNORE_INDEX, SPLIT_IDS, Task, parse_task_spec, to_hf_labels
 
 LEAKAGE_WARN_FRACTION = 0.001
+TRAIN_ON = ("scored", "all")
 
 
 class DataSource(abc.ABC):
@@ -183,18 +184,46 @@ class TaskSource(DataSource):
     (:func:`~slmlab.data.tasks.to_hf_labels`); ``retrieval_positions`` stay the prediction positions
     ``p`` (``[B]`` when the task scores one position per row, else ``[B, Q]``). Eval batches add
     ``group`` ``[B]`` (sequence length for MQAR, distance for T7).
+
+    Args:
+        spec / task: the spec and its parsed task.
+        seed: generation seed.
+        fresh: draw every training batch anew from ``SeedSequence([seed, task_id, 0, step, rank])``
+            instead of shuffling the fixed train set (default: the task's ``fresh_per_step``, True for
+            T4). A batch depends only on its step and rank, so resume is exact and ranks are disjoint;
+            validation and test stay fixed sets, and the fixed train set is only the leakage reference.
+        train_on: ``"scored"`` (training labels only at the scored positions) or ``"all"`` (training
+            labels = the inputs: full next-token LM, the safari style); evaluation is always scored.
     """
 
     is_synthetic = True
     splits = ("train", "validation", "test")
 
-    def __init__(self, spec: str, task: Task, seed: int = 0) -> None:
+    def __init__(self, spec: str, task: Task, seed: int = 0, fresh: bool | None = None, train_on: str = "scored") -> None:
+        if train_on not in TRAIN_ON:
+            raise ValueError(f"train_on must be one of {TRAIN_ON}, got {train_on!r}")
         self.name = spec
         self.task = task
         self.seed = int(seed)
+        self.fresh = bool(getattr(task, "fresh_per_step", False) if fresh is None else fresh)
+        self.train_on = train_on
         self.seq_len = task.seq_len
         self.min_vocab_size = task.vocab_size
         self.leakage: dict[str, float] = {}  # fraction of validation/test rows also in train, once generated
+
+    def batches(
+        self, split: str, batch_size: int, *, seed: int, step: int = 0, rank: int = 0, world_size: int = 1
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        if not (self.fresh and split == "train"):
+            yield from super().batches(split, batch_size, seed=seed, step=step, rank=rank, world_size=world_size)
+            return
+        check_shard(batch_size, rank, world_size)
+        if int(step) < 0:
+            raise ValueError(f"step must be >= 0, got {step!r}")
+        for s in itertools.count(int(step)):
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, self.task.task_id, SPLIT_IDS["train"], s, rank]))
+            batch = self.task._generate(batch_size, rng)
+            yield self._to_batch(batch.inputs, to_hf_labels(batch.labels), batch.retrieval_positions, None)
 
     @cached_property
     def _sets(self) -> dict[str, dict[str, np.ndarray]]:
@@ -231,14 +260,19 @@ class TaskSource(DataSource):
 
     def _rows(self, split, epochs, rows, sampler, shuffled) -> dict[str, torch.Tensor]:
         data = self._sets[split]
-        positions = torch.from_numpy(data["positions"][rows])
+        group = None if shuffled else data["group"][rows]
+        return self._to_batch(data["inputs"][rows], data["labels"][rows], data["positions"][rows], group, shuffled)
+
+    def _to_batch(self, inputs, labels, positions, group, train: bool = True) -> dict[str, torch.Tensor]:
+        ids = torch.from_numpy(inputs.astype(np.int64))
+        positions = torch.from_numpy(positions)
         out = {
-            "input_ids": torch.from_numpy(data["inputs"][rows].astype(np.int64)),
-            "labels": torch.from_numpy(data["labels"][rows]),
+            "input_ids": ids,
+            "labels": ids.clone() if train and self.train_on == "all" else torch.from_numpy(labels),
             "retrieval_positions": positions[:, 0].contiguous() if positions.shape[1] == 1 else positions,
         }
-        if not shuffled:
-            out["group"] = torch.from_numpy(data["group"][rows])
+        if group is not None:
+            out["group"] = torch.from_numpy(group)
         return out
 
 
