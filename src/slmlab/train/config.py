@@ -101,6 +101,10 @@ class RunConfig:
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:1`` ...
         eval_every / eval_batches / eval_batch_size: periodic validation (0 = only at the end).
         early_stop_acc: stop once validation accuracy exceeds this (synthetic tasks; 0 = off).
+        keep_best: also save the weights with the best validation accuracy so far as
+            ``checkpoints/best`` (evaluated at every ``eval_every`` and at the end).
+        train_on: synthetic tasks: ``scored`` (loss only at the scored positions, the LM head run
+            only there) or ``all`` (full next-token loss on every position, the safari style).
         checkpoint_every / keep_checkpoints: periodic checkpoints (0 = only at the end).
         log_every: metrics cadence in steps; ``progress``: show a progress bar.
         tensorboard: also write TensorBoard events (``out_dir/tb``).
@@ -131,6 +135,8 @@ class RunConfig:
     eval_batches: int = 20
     eval_batch_size: int = 0
     early_stop_acc: float = 0.0
+    keep_best: bool = False
+    train_on: str = "scored"
     checkpoint_every: int = 500
     keep_checkpoints: int = 2
     log_every: int = 10
@@ -160,6 +166,8 @@ class RunConfig:
             raise ValueError(f"precision must be 'auto', 'fp32' or 'bf16', got {self.precision!r}")
         if self.data_errors not in ("strict", "replace"):
             raise ValueError(f"data_errors must be 'strict' or 'replace', got {self.data_errors!r}")
+        if self.train_on not in ("scored", "all"):
+            raise ValueError(f"train_on must be 'scored' or 'all', got {self.train_on!r}")
         if not 0.0 <= self.early_stop_acc <= 1.0:
             raise ValueError(f"early_stop_acc must be in [0, 1], got {self.early_stop_acc!r}")
         if not isinstance(self.model_config, dict):

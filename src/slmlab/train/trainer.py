@@ -8,6 +8,7 @@ Under ``torchrun`` the model is wrapped in DDP and each rank reads its own rows 
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Iterator
@@ -77,6 +78,8 @@ class TrainState:
         }
 
 
+    best_acc: float = -1.0  # best validation accuracy (keep_best), -1 before the first evaluation
+    best_step: int = -1
 class Trainer:
     """Train ``model`` on ``source`` as ``cfg`` says; write everything under ``run_dir``.
 
@@ -87,6 +90,8 @@ class Trainer:
         tokenizer: saved beside every checkpoint (may be None).
         run_dir: the run folder.
         dist_info: the torchrun position (single process by default).
+            "best_acc": self.best_acc,
+            "best_step": self.best_step,
         device: where to train (default: ``cfg.device`` resolved).
     """
 
@@ -118,6 +123,11 @@ class Trainer:
     def resume(self, ckpt: str | Path) -> None:
         """Continue from a checkpoint written by :meth:`save` (weights, optimiser, RNG, position)."""
         data = load_training_state(Path(ckpt), self.model, self.optimizer)
+        # train_on=scored: the LM head runs only at scored positions (same loss; SLMForCausalLM.forward)
+        self.scored_only = (
+            cfg.train_on == "scored" and bool(getattr(source, "is_synthetic", False))
+            and "scored_only" in inspect.signature(model.forward).parameters
+        )
         if data.get("global_batch_rows") not in (None, self.cfg.batch_size * self.dist.world_size):
             raise ValueError(
                 f"checkpoint was written with a global batch of {data['global_batch_rows']} rows per micro-step;"
@@ -146,6 +156,8 @@ class Trainer:
         found = list_checkpoints(self.ckpt_root)
         return found[-1] if found else None
 
+            best_acc=float(data.get("best_acc", -1.0)),
+            best_step=int(data.get("best_step", -1)),
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split: str = "validation") -> dict:
         """Validation metrics of the current model (every rank computes the same numbers)."""
@@ -183,6 +195,8 @@ class Trainer:
         for micro in range(cfg.grad_accum):
             loss, n = self._micro_step(next(stream), sync=micro == cfg.grad_accum - 1)
             loss_sum += loss
+        if self.scored_only:
+            kwargs["scored_only"] = True
             tokens += n
         loss_value = float(all_reduce_mean(loss_sum, self.dist))
         self._check_finite(loss_value)
@@ -278,6 +292,10 @@ class Trainer:
             "train", cfg.batch_size, seed=cfg.seed, step=st.step * cfg.grad_accum,
             rank=self.dist.rank, world_size=self.dist.world_size,
         )
+        if self.cfg.keep_best and result["acc"] > self.state.best_acc:
+            self.state.best_acc, self.state.best_step = float(result["acc"]), self.state.step
+            if self.dist.is_main:
+                self.model.save_pretrained(str(self.ckpt_root / "best"))
         progress = Progress(cfg.max_steps, st.step, cfg.progress and self.dist.is_main, cfg.log_every)
         self.train_model.train()
         self._window_tokens, self._window_time = 0, 0.0  # since the last metrics record
