@@ -1,0 +1,94 @@
+"""The per-transaction fraud head and the fine-tuning model around the encoder.
+
+The head reads the backbone state at ``p = t*F + score_index`` (``auth_method``): by then the model
+has seen every field of transaction ``t`` except its own ``response_code`` (the issuer's decision,
+which in real-time scoring comes after the score) and all earlier transactions. MLP
+``Linear(D, D/2) -> SiLU -> Dropout -> Linear(D/2, 1)``; loss BCE with
+``pos_weight = min(30, sqrt(neg / pos))``. ``freeze_backbone`` (linear-probe mode) freezes the
+embedding and the backbone at construction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.utils import ModelOutput
+
+from .model import TransactionEncoder, TxnEncoderConfig, TxnPreTrainedModel, txn_mask_from
+
+IGNORE = -100
+
+
+def pos_weight_from_counts(neg: int, pos: int, cap: float = 30.0) -> float:
+    """``min(cap, sqrt(neg / pos))`` (1 when there are no positives)."""
+    return 1.0 if pos <= 0 else float(min(cap, math.sqrt(max(neg, 1) / pos)))
+
+
+class TransactionFraudHead(nn.Module):
+    """MLP on the score-position state of each transaction.
+
+    Args:
+        hidden_size: ``D``; inner: MLP width (default ``D // 2``); dropout: after the SiLU.
+        score_index: feature position whose state is read; num_features: ``F``.
+    """
+
+    def __init__(self, hidden_size: int, score_index: int, num_features: int, inner: int | None = None,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        self.score_index, self.num_features = score_index, num_features
+        inner = inner or hidden_size // 2
+        self.mlp = nn.Sequential(nn.Linear(hidden_size, inner), nn.SiLU(), nn.Dropout(dropout), nn.Linear(inner, 1))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[B, T*F, D]`` -> logits ``[B, T]``."""
+        return self.mlp(hidden[:, self.score_index::self.num_features]).squeeze(-1)
+
+
+@dataclass
+class FraudOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+
+
+class TransactionFraudModel(TxnPreTrainedModel):
+    """:class:`TransactionEncoder` (as ``encoder``) + :class:`TransactionFraudHead`.
+
+    ``forward(input_ids [B,T,F], attention_mask, labels [B,T] in {0, 1, -100})`` -> logits ``[B, T]``.
+    """
+
+    def __init__(self, config: TxnEncoderConfig) -> None:
+        super().__init__(config)
+        self.encoder = TransactionEncoder(config)
+        d = config.backbone_config().hidden_size
+        self.fraud_head = TransactionFraudHead(d, self.encoder.score_index, len(self.encoder.feature_names),
+                                               config.fraud_hidden, config.fraud_dropout)
+        self.post_init()
+        self.encoder.embedding.zero_pad_rows()
+        if config.freeze_backbone:
+            for p in self.encoder.parameters():
+                p.requires_grad_(False)
+
+    @classmethod
+    def from_encoder(cls, encoder: TransactionEncoder, **overrides) -> TransactionFraudModel:
+        """A fraud model whose encoder starts from ``encoder``'s weights (config ``overrides`` applied)."""
+        cfg = TxnEncoderConfig(**{**encoder.config.to_dict(), **overrides})
+        model = cls(cfg)
+        model.encoder.load_state_dict(encoder.state_dict())
+        return model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, **kwargs) -> FraudOutput:
+        txn_mask = txn_mask_from(input_ids, attention_mask)
+        logits = self.fraud_head(self.encoder.backbone_forward(input_ids, txn_mask))
+        loss = None
+        if labels is not None:
+            valid = (labels != IGNORE) & txn_mask
+            target = labels.clamp(min=0).to(logits.dtype)
+            pw = torch.tensor(self.config.pos_weight, dtype=torch.float32, device=logits.device)
+            ce = F.binary_cross_entropy_with_logits(logits.float(), target.float(), pos_weight=pw, reduction="none")
+            loss = (ce * valid).sum() / valid.sum().clamp(min=1)
+        return FraudOutput(loss=loss, logits=logits)

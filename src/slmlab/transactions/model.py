@@ -1,0 +1,229 @@
+"""The transaction encoder: structured embedding -> LFM2 backbone -> per-feature LM heads.
+
+``TransactionEncoder`` is a Hugging Face ``PreTrainedModel`` (registered with ``AutoConfig`` /
+``AutoModel``; not a causal text LM). Its config holds the backbone config and the schema (fitted
+when known) as plain dicts, so a checkpoint folder is self-contained. ``forward(input_ids [B,T,F],
+attention_mask, labels)`` returns the pretraining loss when ``labels`` (the same ids) are given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from ..models.lfm2 import Lfm2SmallBackbone, Lfm2SmallConfig
+from .embedding import StructuredEmbedding
+from .heads import PerFeatureLMHeads
+from .schema import DEFAULT_SCHEMA, FittedSchema, SchemaConfig, load_schema, schema_from_dict
+
+DEFAULT_MODEL_YAML = Path(__file__).parent / "configs" / "model.yaml"
+
+# Named presets: backbone overrides, window length and hash bucket counts (docs/transactions.md).
+PRESETS: dict[str, dict] = {
+    "lfm2_small": {"backbone": {}, "num_transactions": 64, "buckets": {}},
+    "lfm2_tiny": {
+        "backbone": {"hidden_size": 64, "intermediate_size": 256, "num_layers": 4,
+                     "layer_order": ["conv", "attn", "conv", "attn"], "num_attention_heads": 4, "num_key_value_heads": 2},
+        "num_transactions": 16,
+        "buckets": {"merchant_id": 1020, "device_id": 508},
+    },
+}
+
+
+def _schema_dict(schema: SchemaConfig | FittedSchema | dict | None) -> dict:
+    if schema is None:
+        return {"schema": load_schema().to_dict(), "fitted": None}
+    if isinstance(schema, FittedSchema):
+        return schema.to_dict()
+    if isinstance(schema, SchemaConfig):
+        return {"schema": schema.to_dict(), "fitted": None}
+    return dict(schema)
+
+
+class TxnEncoderConfig(PretrainedConfig):
+    """Config of :class:`TransactionEncoder` (and of the fraud model built on it).
+
+    Args:
+        backbone: ``Lfm2SmallConfig`` keyword arguments.
+        schema: ``{"schema": SchemaConfig dict, "fitted": {...} | None, "info": {...}}``.
+        max_transactions: largest window ``T`` (rows of the transaction-index table).
+        lm_head_bias: per-feature output biases (default off: the seed's accounting).
+        initializer_range: normal init std.
+        fraud_hidden: hidden width of the fraud MLP (default ``D // 2``).
+        fraud_dropout: dropout of the fraud MLP.
+        freeze_backbone: linear-probe mode of the fraud model (embedding and backbone frozen).
+        pos_weight: BCE positive weight of the fraud model (set from the training labels).
+    """
+
+    model_type = "slmlab_txn_encoder"
+
+    def __init__(self, backbone: dict | None = None, schema: dict | None = None, max_transactions: int = 64,
+                 lm_head_bias: bool = False, initializer_range: float = 0.02, fraud_hidden: int | None = None,
+                 fraud_dropout: float = 0.1, freeze_backbone: bool = False, pos_weight: float = 1.0, **kwargs) -> None:
+        self.backbone = dict(backbone or {})
+        self.schema = _schema_dict(schema)
+        self.max_transactions = int(max_transactions)
+        self.lm_head_bias = bool(lm_head_bias)
+        self.initializer_range = initializer_range
+        self.fraud_hidden = fraud_hidden
+        self.fraud_dropout = float(fraud_dropout)
+        self.freeze_backbone = bool(freeze_backbone)
+        self.pos_weight = float(pos_weight)
+        super().__init__(**kwargs)
+        if self.max_transactions <= 0:
+            raise ValueError(f"max_transactions must be a positive integer, got {max_transactions!r}")
+        need = self.max_transactions * len(self.schema_config.features)
+        if self.backbone_config().max_position_embeddings < need:
+            raise ValueError(f"backbone.max_position_embeddings must be >= T*F = {need}")
+
+    @property
+    def schema_config(self) -> SchemaConfig:
+        return schema_from_dict(self.schema["schema"])
+
+    @property
+    def fitted_schema(self) -> FittedSchema | None:
+        return FittedSchema.from_dict(self.schema) if self.schema.get("fitted") is not None else None
+
+    def backbone_config(self) -> Lfm2SmallConfig:
+        kwargs = {"vocab_size": 1, **self.backbone}
+        kwargs.setdefault("num_features", len(self.schema["schema"]["features"]))
+        kwargs.setdefault("num_transactions", self.max_transactions)
+        return Lfm2SmallConfig(**kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, schema: SchemaConfig | FittedSchema | None = None, **overrides) -> TxnEncoderConfig:
+        """A preset of :data:`PRESETS`; ``schema`` defaults to the shipped one with the preset's buckets."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown transaction model preset {name!r}; presets: {sorted(PRESETS)}")
+        preset = PRESETS[name]
+        if schema is None:
+            schema = preset_schema(name)
+        return cls(backbone=dict(preset["backbone"]), schema=schema, max_transactions=preset["num_transactions"],
+                   **overrides)
+
+
+def preset_schema(name: str, path: str | Path | None = None) -> SchemaConfig:
+    """The schema (default: shipped) with the hash bucket counts of preset ``name``."""
+    base = yaml.safe_load(Path(path or DEFAULT_SCHEMA).read_text())
+    buckets = PRESETS[name]["buckets"]
+    for feat in base["features"]:
+        if feat["name"] in buckets:
+            feat["encoding"]["buckets"] = buckets[feat["name"]]
+    base.setdefault("sequence", {})["num_transactions"] = PRESETS[name]["num_transactions"]
+    return schema_from_dict(base, where=f"preset {name}")
+
+
+@dataclass
+class TxnEncoderOutput(ModelOutput):
+    """``loss`` (feature-balanced pretraining CE, when labels are given), ``last_hidden_state``
+    ``[B, T*F, D]`` and ``per_feature`` (``name -> (ce_sum, correct, count)``)."""
+
+    loss: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
+    per_feature: dict | None = None
+
+
+def txn_mask_from(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """``[B, T]`` transaction mask from a token-level ``[B, T*F]`` or row-level ``[B, T]`` mask
+    (default: rows with any non-PAD id)."""
+    B, T, F = input_ids.shape
+    if attention_mask is None:
+        return (input_ids != 0).any(-1)
+    if attention_mask.shape == (B, T * F):
+        return attention_mask.view(B, T, F)[..., 0].bool()
+    if attention_mask.shape == (B, T):
+        return attention_mask.bool()
+    raise ValueError(f"attention_mask must be [B, T*F] or [B, T], got {tuple(attention_mask.shape)}")
+
+
+class TxnPreTrainedModel(PreTrainedModel):
+    config_class = TxnEncoderConfig
+    base_model_prefix = "encoder"
+    supports_gradient_checkpointing = False
+
+    def _init_weights(self, module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d)):
+            torch.nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, StructuredEmbedding):
+            module.reset_parameters()
+
+
+class TransactionEncoder(TxnPreTrainedModel):
+    """Structured embedding + ``Lfm2SmallBackbone`` + tied :class:`PerFeatureLMHeads`.
+
+    Shapes: ``input_ids [B, T, F]`` -> hidden ``[B, T*F, D]`` -> per-feature logits.
+    """
+
+    def __init__(self, config: TxnEncoderConfig) -> None:
+        super().__init__(config)
+        schema = config.schema_config
+        fitted = config.fitted_schema
+        if fitted is not None and tuple(fitted.schema.vocab_sizes) != tuple(schema.vocab_sizes):
+            raise ValueError("the fitted schema's vocabulary sizes differ from the model's tables")
+        self.feature_names = list(schema.names)
+        self.score_index = schema.score_index
+        bb = config.backbone_config()
+        self.embedding = StructuredEmbedding(schema.vocab_sizes, schema.names, bb.hidden_size, config.max_transactions,
+                                             config.initializer_range)
+        self.backbone = Lfm2SmallBackbone(bb)
+        self.lm_heads = PerFeatureLMHeads(self.embedding, bias=config.lm_head_bias)
+        self.post_init()
+        self.embedding.zero_pad_rows()
+
+    # -- the seed's API ------------------------------------------------------------------------
+    def backbone_forward(self, token_ids: torch.Tensor, txn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T, F]`` ids -> ``[B, T*F, D]`` states after ``embedding_norm`` (padding masked)."""
+        if txn_mask is None:
+            txn_mask = (token_ids != 0).any(-1)
+        x = self.embedding(token_ids, txn_mask)
+        F = token_ids.shape[-1]
+        mask = txn_mask.repeat_interleave(F, dim=1).long()
+        return self.backbone(inputs_embeds=x, attention_mask=mask, use_cache=False).last_hidden_state
+
+    def per_feature_logits(self, token_ids: torch.Tensor, txn_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Every head at every position: ``F`` tensors ``[B, T*F, V_f]`` (the seed's ``forward``)."""
+        return self.lm_heads(self.backbone_forward(token_ids, txn_mask))
+
+    def param_count(self) -> dict[str, int]:
+        """Parameters by component (tied heads count 0)."""
+        emb = sum(p.numel() for p in self.embedding.parameters())
+        backbone = sum(p.numel() for p in self.backbone.parameters())
+        heads = sum(p.numel() for p in self.lm_heads.parameters())
+        total = sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+        return {"embedding": emb, "backbone": backbone, "lm_heads_tied": heads, "total_unique": total}
+
+    @classmethod
+    def from_config_files(cls, model_yaml: str | Path | None = None, schema_yaml: str | Path | None = None,
+                          ) -> TransactionEncoder:
+        """Build from the seed's ``model.yaml`` layout and a schema YAML (defaults: the shipped ones)."""
+        bb = Lfm2SmallConfig.from_yaml(model_yaml or DEFAULT_MODEL_YAML)
+        schema = load_schema(schema_yaml, features_per_transaction=bb.num_features)
+        keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_layers",
+                "layer_order", "conv_kernel_size", "block_auto_adjust_ff_dim", "block_multiple_of",
+                "block_ffn_dim_multiplier", "rms_norm_eps", "rope_theta", "max_position_embeddings")
+        backbone = {k: getattr(bb, k) for k in keys}
+        return cls(TxnEncoderConfig(backbone=backbone, schema=schema, max_transactions=bb.num_transactions,
+                                    initializer_range=bb.initializer_range))
+
+    # -- HF forward ----------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, **kwargs) -> TxnEncoderOutput:
+        """Args:
+            input_ids: ``[B, T, F]``.
+            attention_mask: token-level ``[B, T*F]`` or row-level ``[B, T]``.
+            labels: the ids again (``[B, T, F]``): the next-token targets; gives ``loss``.
+        """
+        txn_mask = txn_mask_from(input_ids, attention_mask)
+        hidden = self.backbone_forward(input_ids, txn_mask)
+        loss = per_feature = None
+        if labels is not None:
+            loss, per_feature = self.lm_heads.lm_loss(hidden, labels, txn_mask, self.feature_names)
+        return TxnEncoderOutput(loss=loss, last_hidden_state=hidden, per_feature=per_feature)

@@ -1,0 +1,704 @@
+"""A seeded synthetic card bank: world, merchants, customer archetypes, legitimate behaviour with
+confounders, and four labelled fraud patterns (docs/transactions.md, "Synthetic bank").
+
+Determinism: ``np.random.SeedSequence(seed)`` spawns four streams (world, merchants, fraud campaigns,
+customers); customer ``i`` draws from its own child ``(customers, i)``, so the output is identical for
+any chunking. Each customer is generated with array operations (all days' counts, then all fields).
+Card-testing campaigns are drawn once at campaign level and merged into their victims' histories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ._deps import pd
+
+SYNTH_YAML = Path(__file__).parent / "configs" / "synth.yaml"
+PATTERNS = ("card_testing", "account_takeover", "counterfeit_after_compromise", "lost_stolen")
+CASE_SIZE = {"card_testing": 12.0, "account_takeover": 4.0, "counterfeit_after_compromise": 5.0, "lost_stolen": 8.0}
+
+# mcc, kind, base weight, median $, log-sigma, online share, hour peaks, recurring
+MCC_TABLE = [
+    (5411, "grocery", 10, 45, .6, .05, (10, 18), False), (5812, "restaurant", 6, 28, .5, 0, (12, 19), False),
+    (5814, "fast food", 7, 11, .4, .1, (8, 12, 18), False), (5541, "fuel", 5, 40, .35, 0, (7, 17), False),
+    (5912, "drugstore", 3, 18, .7, .1, (11, 17), False), (5311, "department", 2, 60, .8, .2, (14, 17), False),
+    (5691, "clothing", 2, 55, .7, .4, (14, 19), False), (5732, "electronics", .6, 160, .9, .5, (14, 20), False),
+    (5944, "jewelry", .1, 250, 1.0, .3, (14,), False), (5999, "misc retail", 2, 30, .9, .3, (13,), False),
+    (4111, "transit", 3, 3, .3, .1, (8, 18), False), (4121, "taxi/ride", 1.5, 18, .5, .3, (9, 23), False),
+    (4511, "airline", .2, 320, .6, .9, (10, 20), False), (7011, "hotel", .2, 180, .6, .6, (16,), False),
+    (4814, "telecom", .3, 65, .2, .9, (9,), True), (4900, "utilities", .3, 120, .4, .9, (9,), True),
+    (4899, "streaming", .3, 15, .2, 1, (3,), True), (5815, "digital media", 1, 10, .5, 1, (20,), False),
+    (5818, "digital goods", .5, 8, .8, 1, (21,), False), (5968, "subscription", .3, 20, .4, 1, (4,), True),
+    (5921, "liquor", .7, 25, .5, .1, (18,), False), (7832, "cinema", .4, 24, .3, .3, (19,), False),
+    (7997, "gym", .3, 45, .3, .5, (6, 18), True), (8011, "doctors", .3, 90, .7, .1, (10,), False),
+    (6011, "ATM cash", 1, 100, .6, 0, (12,), False), (4829, "money transfer", .2, 200, .9, .8, (12,), False),
+    (6540, "stored value", .2, 50, .5, .7, (13,), False), (8398, "charity", .1, 25, .8, .9, (20,), False),
+]
+MCC = np.array([r[0] for r in MCC_TABLE])
+MCC_W = np.array([r[2] for r in MCC_TABLE], float)
+MCC_MED = np.array([r[3] for r in MCC_TABLE], float)
+MCC_SIG = np.array([r[4] for r in MCC_TABLE], float)
+MCC_ONLINE = np.array([r[5] for r in MCC_TABLE], float)
+MCC_RECUR = np.array([r[7] for r in MCC_TABLE])
+MI = {m: i for i, m in enumerate(MCC)}
+
+# name: txns/day, amount x, online x, night propensity, trips/year, MCC boosts
+ARCHETYPES = {
+    "student": (1.6, 0.6, 1.5, .3, 1, {5814: 2, 5815: 2, 5818: 2}),
+    "young_professional": (2.4, 1.0, 1.3, .15, 2, {5812: 1.5}),
+    "family": (2.8, 1.2, .8, .05, 1.5, {5411: 1.8}),
+    "retiree": (1.3, .9, .4, .02, 1.5, {8011: 2, 5912: 1.5}),
+    "business_traveler": (2.6, 1.6, 1.0, .1, 8, {4511: 4, 7011: 4, 4121: 2}),
+    "night_shift": (2.0, .9, 1.0, .6, 1, {}),
+    "affluent": (2.2, 2.5, 1.1, .1, 5, {5944: 3, 5691: 1.5}),
+}
+ARCH_NAMES = list(ARCHETYPES)
+WEEKDAY_FACTOR = np.array([1, 1, 1, 1, 1.15, 1.3, 0.9])
+FOREIGN = [("CA", "CAD", 50, -100), ("MX", "MXN", 23, -102), ("GB", "GBP", 53, -1), ("FR", "EUR", 46, 2),
+           ("DE", "EUR", 51, 10), ("ES", "EUR", 40, -4), ("IT", "EUR", 42, 12), ("NL", "EUR", 52, 5),
+           ("JP", "JPY", 36, 138), ("CN", "CNY", 35, 105), ("IN", "INR", 21, 78), ("BR", "BRL", -10, -52),
+           ("AU", "AUD", -25, 134), ("ZA", "ZAR", -30, 25), ("TH", "THB", 15, 101), ("AE", "AED", 24, 54),
+           ("TR", "TRY", 39, 35), ("RU", "RUB", 56, 38), ("NG", "NGN", 9, 8), ("KR", "KRW", 36, 128),
+           ("SG", "SGD", 1, 104)]
+CT_MCCS, ATO_MCCS = (5818, 8398, 5968, 5814, 5999, 5815), (5732, 6540, 5944, 4829)
+CF_MCCS, LS_MCCS = (6011, 5411, 5311, 5541, 5812), (5411, 5921, 5541, 5814, 5999)
+REFUND_MCCS = (5311, 5691, 5732, 5999, 5944, 5411)
+DECLINES = ("bad_cvv", "bad_expiry", "do_not_honor")
+KM_PER_DEG = 111.0
+
+
+@dataclass
+class SynthConfig:
+    """Generator settings (``configs/synth.yaml``; presets ``tiny``, ``small``, ``default``)."""
+
+    seed: int = 1234
+    n_customers: int = 5000
+    n_days: int = 180
+    start: str = "2024-01-01"
+    n_physical_merchants: int = 12000
+    n_online_merchants: int = 2000
+    n_home_cities: int = 40
+    n_foreign_countries: int = 19
+    target_fraud_rate: float = 0.003
+    pattern_mix: dict = field(default_factory=lambda: {"card_testing": 0.30, "account_takeover": 0.25,
+                                                       "counterfeit_after_compromise": 0.25, "lost_stolen": 0.20})
+    difficulty: float = 1.0
+
+    @classmethod
+    def from_preset(cls, name: str = "default", **overrides) -> SynthConfig:
+        table = yaml.safe_load(SYNTH_YAML.read_text())
+        if name not in table:
+            raise ValueError(f"unknown synth preset {name!r}; presets: {sorted(table)}")
+        values = {**table["default"], **(table[name] if name != "default" else {}), **overrides}
+        return cls(**values).validate()
+
+    def validate(self) -> SynthConfig:
+        for key in ("n_customers", "n_days", "n_physical_merchants", "n_online_merchants", "n_home_cities"):
+            if int(getattr(self, key)) <= 0:
+                raise ValueError(f"{key} must be a positive integer, got {getattr(self, key)!r}")
+        if not 0 < self.n_foreign_countries <= len(FOREIGN):
+            raise ValueError(f"n_foreign_countries must be in [1, {len(FOREIGN)}], got {self.n_foreign_countries}")
+        if not 0.001 <= self.target_fraud_rate <= 0.01:
+            raise ValueError(f"target_fraud_rate must be in [0.001, 0.01], got {self.target_fraud_rate}")
+        if set(self.pattern_mix) - set(PATTERNS) or abs(sum(self.pattern_mix.values()) - 1) > 1e-6:
+            raise ValueError(f"pattern_mix must give shares of {PATTERNS} summing to 1, got {self.pattern_mix}")
+        if not 0.0 <= self.difficulty <= 1.0:
+            raise ValueError(f"difficulty must be in [0, 1], got {self.difficulty}")
+        return self
+
+
+@dataclass
+class SynthData:
+    transactions: pd.DataFrame
+    customers: pd.DataFrame
+    merchants: pd.DataFrame
+    fraud_cases: pd.DataFrame
+
+
+# -- world and merchants --------------------------------------------------------------------------
+@dataclass
+class World:
+    city_lat: np.ndarray
+    city_lon: np.ndarray
+    city_country: np.ndarray  # "US" or ISO code
+    city_currency: np.ndarray
+    city_tz: np.ndarray  # minutes
+    city_pop: np.ndarray  # home cities only (foreign: 0)
+    n_home: int
+    m_mcc: np.ndarray  # merchant -> mcc index
+    m_city: np.ndarray  # -1 for online
+    m_lat: np.ndarray
+    m_lon: np.ndarray
+    m_online: np.ndarray
+    m_legacy: np.ndarray
+    m_price: np.ndarray
+    m_country: np.ndarray
+    m_currency: np.ndarray
+    phys: dict  # (city, mcc idx) -> merchant indices
+    phys_mcc: dict  # mcc idx -> physical merchant indices
+    online: dict  # mcc idx -> home-country online merchants
+    online_foreign: np.ndarray
+    hour_base: np.ndarray  # [n_mcc, 24]
+    compromised: np.ndarray  # [n, 3]: merchant, start day, end day
+    any_physical: np.ndarray
+
+
+def build_world(cfg: SynthConfig, rng_world: np.random.Generator, rng_merch: np.random.Generator) -> World:
+    nh = cfg.n_home_cities
+    foreign = FOREIGN[: cfg.n_foreign_countries]
+    lat = list(rng_world.uniform(30, 47, nh))
+    lon = list(rng_world.uniform(-122, -72, nh))
+    country, cur = ["US"] * nh, ["USD"] * nh
+    for iso, c, la, lo in foreign:
+        for _ in range(3):
+            lat.append(la + rng_world.uniform(-3, 3))
+            lon.append(lo + rng_world.uniform(-3, 3))
+            country.append(iso)
+            cur.append(c)
+    lat, lon = np.array(lat), np.array(lon)
+    tz = (np.round(lon / 15) * 60).astype(np.int64)
+    pop = np.zeros(len(lat))
+    pop[:nh] = 1.0 / np.arange(1, nh + 1)
+    pop /= pop.sum()
+    n_city = len(lat)
+    # physical merchants
+    n_p, n_o = cfg.n_physical_merchants, cfg.n_online_merchants
+    w_phys = MCC_W * (1 - MCC_ONLINE) * ~MCC_RECUR
+    mcc_p = rng_merch.choice(len(MCC), n_p, p=w_phys / w_phys.sum())
+    home_city = rng_merch.choice(nh, n_p, p=pop[:nh])
+    abroad = rng_merch.random(n_p) < 0.15
+    city_p = np.where(abroad, rng_merch.integers(nh, n_city, n_p), home_city)
+    lat_p = lat[city_p] + rng_merch.normal(0, 15 / KM_PER_DEG, n_p)
+    lon_p = lon[city_p] + rng_merch.normal(0, 15 / KM_PER_DEG, n_p) / np.cos(np.radians(lat[city_p]))
+    w_onl = MCC_W * MCC_ONLINE
+    mcc_o = rng_merch.choice(len(MCC), n_o, p=w_onl / w_onl.sum())
+    foreign_o = rng_merch.random(n_o) < 0.15
+    city_o_country = np.where(foreign_o, rng_merch.integers(nh, n_city, n_o), 0)
+    m_mcc = np.concatenate([mcc_p, mcc_o])
+    m_city = np.concatenate([city_p, np.full(n_o, -1)])
+    m_country = np.array(country)[np.concatenate([city_p, city_o_country])]
+    m_currency = np.array(cur)[np.concatenate([city_p, city_o_country])]
+    m_online = np.concatenate([np.zeros(n_p, bool), np.ones(n_o, bool)])
+    m_legacy = np.concatenate([rng_merch.random(n_p) < 0.03, np.zeros(n_o, bool)])
+    m_price = rng_merch.lognormal(0, 0.25, n_p + n_o)
+    phys: dict = {}
+    for i, (c, m) in enumerate(zip(city_p, mcc_p)):
+        phys.setdefault((int(c), int(m)), []).append(i)
+    phys = {k: np.array(v) for k, v in phys.items()}
+    phys_mcc = {m: np.flatnonzero(mcc_p == m) for m in range(len(MCC))}
+    online = {m: n_p + np.flatnonzero((mcc_o == m) & ~foreign_o) for m in range(len(MCC))}
+    online_foreign = n_p + np.flatnonzero(foreign_o)
+    hours = np.arange(24)
+    hour_base = np.zeros((len(MCC), 24))
+    for k, row in enumerate(MCC_TABLE):
+        for peak in row[6]:
+            d = np.minimum(np.abs(hours - peak), 24 - np.abs(hours - peak))
+            hour_base[k] += np.exp(-0.5 * (d / 2.0) ** 2)
+    # compromised fuel/ATM merchants, each for a 7-21 day window
+    cand = np.flatnonzero(np.isin(mcc_p, [MI[5541], MI[6011]]) & (city_p < nh))
+    n_comp = max(2, n_p // 1500) * max(1, cfg.n_days // 30)
+    chosen = rng_merch.choice(cand, min(n_comp, len(cand)), replace=False) if len(cand) else np.zeros(0, int)
+    starts = rng_merch.integers(0, max(1, cfg.n_days - 21), len(chosen))
+    compromised = np.stack([chosen, starts, starts + rng_merch.integers(7, 22, len(chosen))], 1)
+    return World(lat, lon, np.array(country), np.array(cur), tz, pop, nh, m_mcc, m_city,
+                 np.concatenate([lat_p, np.full(n_o, np.nan)]), np.concatenate([lon_p, np.full(n_o, np.nan)]),
+                 m_online, m_legacy, m_price, m_country, m_currency, phys, phys_mcc, online, online_foreign,
+                 hour_base, compromised, np.arange(n_p))
+
+
+# -- one customer's history ------------------------------------------------------------------------
+COLS = ("t", "merchant", "amount", "txn_type", "entry", "auth", "device", "response", "fraud", "case", "card", "tz")
+TXN_TYPES = ("purchase", "refund", "cash_withdrawal", "card_verification", "transfer")
+ENTRY = ("chip", "contactless", "swipe", "manual_key", "ecommerce", "recurring")
+AUTH = ("pin", "signature", "no_cvm", "3ds_frictionless", "3ds_challenge", "none")
+RESP = ("approved", "insufficient_funds", "bad_pin", "bad_cvv", "bad_expiry", "do_not_honor", "invalid_card",
+        "technical_error")
+
+
+def _block(n: int, **cols) -> dict:
+    out = {c: np.zeros(n, np.int64) for c in COLS}
+    out["amount"] = np.zeros(n, float)
+    out["device"] = np.full(n, -1, np.int64)
+    out["case"] = np.full(n, -1, np.int64)
+    for k, v in cols.items():
+        out[k] = np.broadcast_to(np.asarray(v, dtype=out[k].dtype), n).copy()
+    return out
+
+
+def _concat(blocks: list[dict]) -> dict:
+    return {c: np.concatenate([b[c] for b in blocks]) for c in COLS}
+
+
+def _pick(rng, pool: np.ndarray, n: int) -> np.ndarray:
+    return pool[rng.integers(0, len(pool), n)]
+
+
+class _Customer:
+    """Profile + generator of one customer (all draws from its own stream)."""
+
+    def __init__(self, idx: int, cfg: SynthConfig, world: World, rng: np.random.Generator) -> None:
+        self.idx, self.cfg, self.w, self.rng = idx, cfg, world, rng
+        self.arch = ARCH_NAMES[rng.integers(len(ARCH_NAMES))]
+        rate, amt, onl, night, trips, boosts = ARCHETYPES[self.arch]
+        self.home = int(rng.choice(world.n_home, p=world.city_pop[: world.n_home]))
+        self.home_lat = world.city_lat[self.home] + rng.normal(0, 5 / KM_PER_DEG)
+        self.home_lon = world.city_lon[self.home] + rng.normal(0, 5 / KM_PER_DEG)
+        self.rate = rate * rng.gamma(4, 0.25)
+        self.amount_mult = amt * rng.lognormal(0, 0.3)
+        self.online_factor, self.night, self.trips = onl, night, trips
+        base = MCC_W * ~MCC_RECUR
+        for m, b in boosts.items():
+            base[MI[m]] *= b
+        self.mcc_w = rng.dirichlet(30 * base / base.sum() + 1e-9 * ~MCC_RECUR) * ~MCC_RECUR
+        self.mcc_w /= self.mcc_w.sum()
+        self.n_devices = int(rng.integers(1, 4))
+        self.income_band = ["low", "mid", "high"][min(2, int(self.amount_mult > 1) + int(self.amount_mult > 2))]
+
+    # legit behaviour
+    def legit(self, start_weekday: int, start_dom: np.ndarray) -> dict:
+        cfg, w, rng = self.cfg, self.w, self.rng
+        nd = cfg.n_days
+        days = np.arange(nd)
+        factor = WEEKDAY_FACTOR[(start_weekday + days) % 7] * np.where(np.isin(start_dom, (1, 2, 15, 16)), 1.2, 1.0)
+        self.expected = float(self.rate * factor.sum())
+        counts = rng.poisson(self.rate * factor)
+        city_of_day = np.full(nd, self.home)
+        for _ in range(rng.poisson(self.trips / 365 * nd)):
+            s, length = int(rng.integers(nd)), int(rng.integers(2, 11))
+            abroad = rng.random() < 0.3
+            dest = int(rng.integers(w.n_home, len(w.city_lat))) if abroad else int(rng.integers(w.n_home))
+            city_of_day[s:s + length] = dest
+        day = np.repeat(days, counts)
+        n = len(day)
+        mcc = rng.choice(len(MCC), n, p=self.mcc_w)
+        prof = w.hour_base + self.night * np.r_[np.ones(6), np.zeros(16), np.ones(2)] + 0.01
+        cdf = np.cumsum(prof / prof.sum(1, keepdims=True), 1)
+        hour = np.minimum((rng.random(n)[:, None] > cdf[mcc]).sum(1), 23)
+        local = day * 86400 + hour * 3600 + rng.integers(0, 3600, n)
+        online = rng.random(n) < np.clip(MCC_ONLINE[mcc] * self.online_factor, 0, 1)
+        city = city_of_day[day]
+        merchant = np.zeros(n, np.int64)
+        favourite = np.zeros(n, bool)
+        for m in np.unique(mcc):
+            pool_o = w.online.get(int(m), np.zeros(0, int))
+            if len(w.phys_mcc[int(m)]) == 0 and len(pool_o):
+                online |= mcc == m  # no physical merchant sells this
+            sel_o = (mcc == m) & online
+            if len(pool_o) == 0:
+                online &= ~(mcc == m)
+                sel_o[:] = False
+            else:
+                fav = _pick(rng, pool_o, int(rng.integers(1, 4)))
+                use = rng.random(sel_o.sum()) < 0.8
+                merchant[sel_o] = np.where(use, _pick(rng, fav, sel_o.sum()), _pick(rng, pool_o, sel_o.sum()))
+                favourite[sel_o] = use
+            sel_p = (mcc == m) & ~online
+            if not sel_p.any():
+                continue
+            home_pool = w.phys.get((self.home, int(m)), w.phys_mcc[int(m)])
+            if not len(home_pool):
+                home_pool = w.any_physical
+            fav = _pick(rng, home_pool, int(rng.integers(2, 7)))
+            for c in np.unique(city[sel_p]):
+                sel = sel_p & (city == c)
+                k = int(sel.sum())
+                if c == self.home:
+                    use = rng.random(k) < 0.85
+                    merchant[sel] = np.where(use, _pick(rng, fav, k), _pick(rng, home_pool, k))
+                else:
+                    pool = w.phys.get((int(c), int(m)))
+                    pool = pool if pool is not None else home_pool
+                    merchant[sel] = _pick(rng, pool, k)
+        d = self.cfg.difficulty
+        foreign_onl = online & (rng.random(n) < 0.08 * d) & (len(w.online_foreign) > 0)
+        if foreign_onl.any():
+            merchant[foreign_onl] = _pick(rng, w.online_foreign, int(foreign_onl.sum()))
+        mi = w.m_mcc[merchant]
+        amount = np.round(rng.lognormal(np.log(MCC_MED[mi] * self.amount_mult * w.m_price[merchant]), MCC_SIG[mi]), 2)
+        big = rng.random(n) < 0.01 * d
+        amount[big] = np.round(amount[big] * rng.uniform(3, 10, big.sum()), 2)
+        entry = rng.choice(4, n, p=[.55, .35, .08, .02])
+        entry[w.m_legacy[merchant]] = 2
+        entry[online] = 4
+        pin = (mi == MI[6011]) | ((entry == 0) & (rng.random(n) < 0.5))
+        auth = np.where(pin, 0, np.where((entry == 1) & (amount < 100), 2, 1))
+        auth[online] = rng.choice([3, 4, 5], online.sum(), p=[.6, .1, .3])
+        ttype = np.where(mi == MI[6011], 2, np.where(mi == MI[4829], 4, 0))
+        churn = np.cumsum(online & (rng.random(n) < 1 / 60))
+        device = np.where(online, (rng.integers(0, self.n_devices, n) + churn), -1)
+        med = np.median(amount) if n else 1.0
+        u = rng.random(n)
+        resp = np.zeros(n, np.int64)
+        resp[u < np.clip(0.002 * amount / med, 0, 0.2)] = 1
+        resp[(auth == 0) & (rng.random(n) < 0.003)] = 2
+        resp[online & (rng.random(n) < 0.002)] = 3
+        resp[rng.random(n) < 0.001] = 7
+        tz = np.where(online, w.city_tz[self.home], w.city_tz[np.maximum(w.m_city[merchant], 0)])
+        blocks = [dict(zip(COLS, (local - tz * 60, merchant, amount, ttype, entry, auth, device, resp,
+                                  np.zeros(n, np.int64), np.full(n, -1), np.zeros(n, np.int64), tz)))]
+        # legit $0 verifications before some online purchases at non-favourite merchants
+        ver = online & ~favourite & (rng.random(n) < 0.04 * d)
+        if ver.any():
+            b = {c: v[ver].copy() for c, v in blocks[0].items()}
+            b["t"] -= rng.integers(1, 60, ver.sum())
+            b["amount"][:] = 0.0
+            b["txn_type"][:] = 3
+            b["response"][:] = 0
+            blocks.append(b)
+        # refunds of retail purchases, 1-14 days later
+        ref = np.isin(MCC[mi], REFUND_MCCS) & (rng.random(n) < 0.005)
+        if ref.any():
+            b = {c: v[ref].copy() for c, v in blocks[0].items()}
+            b["t"] += rng.integers(1, 15, ref.sum()) * 86400
+            b["amount"] = -b["amount"]
+            b["txn_type"][:] = 1
+            b["response"][:] = 0
+            blocks.append(b)
+        # subscriptions: fixed amount and day of month, entry mode `recurring`
+        for _ in range(int(rng.integers(2, 6))):
+            m = int(rng.choice(np.flatnonzero(MCC_RECUR)))
+            pool = w.online.get(m, np.zeros(0, int))
+            if not len(pool):
+                continue
+            merch, dom = int(_pick(rng, pool, 1)[0]), int(rng.integers(1, 29))
+            sub_days = days[start_dom == dom]
+            k = len(sub_days)
+            amt = round(float(rng.lognormal(np.log(MCC_MED[m]), MCC_SIG[m])), 2)
+            tz0 = int(w.city_tz[self.home])
+            blocks.append(_block(k, t=sub_days * 86400 + rng.integers(3, 9, k) * 3600 - tz0 * 60, merchant=merch,
+                                 amount=amt, entry=5, auth=5, tz=tz0))
+        return _concat(blocks)
+
+
+def _label_delay(rng, n: int) -> np.ndarray:
+    return np.clip(rng.lognormal(np.log(10.0), 0.6, n), 1, 60) * 86400
+
+
+def _customer_history(idx: int, cfg: SynthConfig, world: World, ct_events: list[dict], seed_seq) -> tuple:
+    """All transactions, the profile row and the fraud cases of customer ``idx``."""
+    rng = np.random.default_rng(seed_seq)
+    cust = _Customer(idx, cfg, world, rng)
+    start = pd.Timestamp(cfg.start, tz="UTC")
+    days = pd.date_range(start, periods=cfg.n_days, freq="D")
+    hist = cust.legit(start.weekday(), days.day.to_numpy())
+    d, w = cfg.difficulty, world
+    period = cfg.n_days * 86400
+    lam = {p: cfg.pattern_mix.get(p, 0) * cfg.target_fraud_rate * cust.expected / CASE_SIZE[p] for p in PATTERNS}
+    blocks, cases = [hist], []
+    tz0 = int(w.city_tz[cust.home])
+    home_lat, home_lon = w.city_lat[:w.n_home], w.city_lon[:w.n_home]
+
+    def case_row(kind, b, extra=None):
+        cases.append({"case": len(cases), "fraud_type": kind, "start": int(b["t"].min()), "end": int(b["t"].max()),
+                      "n_txns": len(b["t"]), "compromise_merchant": extra})
+        b["fraud"][:] = 1
+        b["case"][:] = len(cases) - 1
+        blocks.append(b)
+
+    # account takeover
+    for _ in range(rng.poisson(lam["account_takeover"])):
+        k = int(rng.integers(2, 7))
+        t = int(rng.integers(0, period)) + np.sort(rng.uniform(0, rng.uniform(1, 48) * 3600, k)).astype(np.int64)
+        mimic = rng.random() < 0.5 * d
+        if mimic:
+            own = np.flatnonzero((cust.mcc_w > 0) & (MCC_ONLINE > 0.2))
+            mccs = rng.choice(own, k) if len(own) else rng.choice([MI[m] for m in ATO_MCCS], k)
+            merch = np.array([_pick(rng, w.online.get(int(m), w.online_foreign), 1)[0]
+                              if len(w.online.get(int(m), [])) else _pick(rng, w.online_foreign, 1)[0] for m in mccs])
+        else:
+            mccs = rng.choice([MI[m] for m in ATO_MCCS], k)
+            foreign = rng.random(k) < (0.5 if d > 0 else 1.0)
+            merch = np.array([_pick(rng, w.online_foreign, 1)[0] if f or not len(w.online.get(int(m), []))
+                              else _pick(rng, w.online[int(m)], 1)[0] for m, f in zip(mccs, foreign)])
+        med = np.median(hist["amount"][hist["amount"] > 0]) if (hist["amount"] > 0).any() else 40.0
+        amount = np.round(med * rng.uniform(1.5, 6, k), 2)
+        b = _block(k, t=t, merchant=merch, amount=amount, entry=4, auth=rng.choice([5, 3], k), device=10_000 + len(cases),
+                   tz=tz0)
+        if rng.random() < 0.5:
+            b = _concat([_block(1, t=t[0] - 30, merchant=merch[0], amount=0.0, txn_type=3, entry=4, auth=5,
+                                device=10_000 + len(cases), tz=tz0), b])
+        case_row("account_takeover", b)
+    # counterfeit after a compromise: exposure at a compromised fuel/ATM merchant, later a swipe spree far away
+    for _ in range(rng.poisson(lam["counterfeit_after_compromise"]) if len(w.compromised) else 0):
+        m, s, e = w.compromised[int(rng.integers(len(w.compromised)))]
+        t_exp = int(rng.integers(s * 86400, e * 86400))
+        tz_m = int(w.city_tz[w.m_city[m]])
+        expo = _block(1, t=t_exp, merchant=m, amount=round(float(rng.lognormal(np.log(MCC_MED[w.m_mcc[m]]), .3)), 2),
+                      entry=0, auth=0, tz=tz_m, txn_type=2 if w.m_mcc[m] == MI[6011] else 0)
+        blocks.append(expo)
+        k = int(rng.integers(2, 9))
+        t0 = t_exp + int(rng.integers(3, 31)) * 86400
+        t = t0 + np.sort(rng.uniform(0, rng.uniform(1, 3) * 86400, k)).astype(np.int64)
+        dist = np.hypot(home_lat - w.city_lat[cust.home], (home_lon - w.city_lon[cust.home]) * 0.8) * KM_PER_DEG
+        far = np.flatnonzero(dist > 300)
+        city = int(rng.integers(w.n_home, len(w.city_lat))) if (rng.random() < 0.5 or not len(far)) else int(rng.choice(far))
+        mccs = rng.choice([MI[x] for x in CF_MCCS], k)
+        merch = np.array([_pick(rng, w.phys.get((city, int(mm)), w.phys_mcc[int(mm)]), 1)[0] for mm in mccs])
+        mult = rng.uniform(1, 4, k) if d > 0 else rng.uniform(4, 8, k)
+        atm = mccs == MI[6011]
+        resp = np.where(atm & (rng.random(k) < 0.3), 2, 0)
+        b = _block(k, t=t, merchant=merch, amount=np.round(MCC_MED[mccs] * mult, 2), entry=2,
+                   auth=np.where(atm, 0, 1), response=resp, txn_type=np.where(atm, 2, 0), tz=int(w.city_tz[city]))
+        case_row("counterfeit_after_compromise", b, extra=int(m))
+    # lost or stolen card: a contactless spree just under the CVM limit, then a new card
+    card_changes = []
+    for _ in range(rng.poisson(lam["lost_stolen"])):
+        k = int(rng.integers(4, 13))
+        t = int(rng.integers(0, period)) + np.sort(rng.uniform(0, rng.uniform(1, 6) * 3600, k)).astype(np.int64)
+        mccs = rng.choice([MI[x] for x in LS_MCCS], k)
+        merch = np.array([_pick(rng, w.phys.get((cust.home, int(mm)), w.phys_mcc[int(mm)]), 1)[0] for mm in mccs])
+        lo = 60.0 if d > 0 else 95.0
+        b = _block(k, t=t, merchant=merch, amount=np.round(rng.uniform(lo, 99.9, k), 2), entry=1, auth=2, tz=tz0)
+        case_row("lost_stolen", b)
+        card_changes.append((int(t[-1]), int(t[-1] + rng.uniform(1, 3) * 86400)))
+    # card testing (drawn at campaign level)
+    for ev in ct_events:
+        b = _block(len(ev["t"]), t=ev["t"], merchant=ev["merchant"], amount=ev["amount"], txn_type=ev["txn_type"],
+                   entry=4, auth=ev["auth"], device=ev["device"], response=ev["response"], tz=tz0)
+        case_row("card_testing", b)
+    out = _concat(blocks)
+    keep = (out["t"] >= 0) & (out["t"] < period)
+    for end, resume in card_changes:  # silence after the block, then the customer's new card
+        keep &= ~((out["t"] > end) & (out["t"] < resume) & (out["fraud"] == 0))
+        out["card"] += (out["t"] >= resume).astype(np.int64)
+    out = {c: v[keep] for c, v in out.items()}
+    order = np.lexsort((np.arange(len(out["t"])), out["t"]))
+    out = {c: v[order] for c, v in out.items()}
+    profile = {"customer_id": f"C{idx:06d}", "home_lat": cust.home_lat, "home_lon": cust.home_lon,
+               "home_city": f"city_{cust.home:02d}", "home_country": "US", "archetype": cust.arch,
+               "income_band": cust.income_band}
+    delays = _label_delay(rng, len(cases))
+    for c, dl in zip(cases, delays):
+        c["label_delay"] = float(dl)
+    return out, profile, cases
+
+
+def _card_testing(cfg: SynthConfig, world: World, rng: np.random.Generator) -> dict[int, list[dict]]:
+    """Campaigns: a fraud device and 1-2 online merchants hit 5-40 customers within 2 h."""
+    mean_rate = np.mean([a[0] for a in ARCHETYPES.values()]) * 1.07
+    total = cfg.pattern_mix.get("card_testing", 0) * cfg.target_fraud_rate * mean_rate * cfg.n_days * cfg.n_customers
+    n_camp = rng.poisson(total / (22.5 * CASE_SIZE["card_testing"])) if total > 0 else 0
+    pool = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in CT_MCCS])
+    cashout = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in (5732, 6540, 5944)])
+    events: dict[int, list[dict]] = {}
+    d = cfg.difficulty
+    for c in range(n_camp):
+        merchants = _pick(rng, pool, int(rng.integers(1, 3)))
+        t0 = int(rng.integers(0, cfg.n_days * 86400))
+        victims = rng.choice(cfg.n_customers, min(cfg.n_customers, int(rng.integers(5, 41))), replace=False)
+        for v in victims:
+            k = int(rng.integers(3, 21))
+            t = t0 + int(rng.integers(0, 7200)) + np.cumsum(rng.integers(5, 600, k))
+            zero = rng.random(k) < 0.5
+            hi = 12.0 if d > 0 else 2.0
+            amount = np.where(zero, 0.0, np.round(rng.uniform(0.5, hi, k), 2))
+            declined = rng.random(k) < 0.4
+            resp = np.where(declined, rng.choice([3, 4, 5], k, p=[.5, .25, .25]), 0)
+            ev = {"t": t, "merchant": _pick(rng, merchants, k), "amount": amount, "txn_type": np.where(zero, 3, 0),
+                  "auth": np.full(k, 5), "device": np.full(k, 20_000 + c), "response": resp}
+            if (~declined).any() and rng.random() < 0.6 and len(cashout):
+                j = int(rng.integers(1, 4))
+                tc = t[-1] + int(rng.integers(600, 86400)) + np.cumsum(rng.integers(60, 3600, j))
+                ev = {"t": np.r_[t, tc], "merchant": np.r_[ev["merchant"], _pick(rng, cashout, j)],
+                      "amount": np.r_[amount, np.round(rng.uniform(200, 1500, j), 2)],
+                      "txn_type": np.r_[ev["txn_type"], np.zeros(j, int)], "auth": np.r_[ev["auth"], np.full(j, 3)],
+                      "device": np.r_[ev["device"], np.full(j, 20_000 + c)], "response": np.r_[resp, np.zeros(j, int)]}
+            events.setdefault(int(v), []).append(ev)
+    return events
+
+
+def generate(cfg: SynthConfig, chunk_size: int = 500, progress: bool = False) -> SynthData:
+    """Generate the bank of ``cfg`` (identical for every ``chunk_size``)."""
+    cfg.validate()
+    root = np.random.SeedSequence(int(cfg.seed))
+    s_world, s_merch, s_fraud, s_cust = root.spawn(4)
+    world = build_world(cfg, np.random.default_rng(s_world), np.random.default_rng(s_merch))
+    ct = _card_testing(cfg, world, np.random.default_rng(s_fraud))
+    start = pd.Timestamp(cfg.start, tz="UTC")
+    frames, profiles, case_rows = [], [], []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.n_customers, desc="customers", unit="cust")
+    for lo in range(0, cfg.n_customers, chunk_size):
+        chunk = []
+        for i in range(lo, min(cfg.n_customers, lo + chunk_size)):
+            seq = np.random.SeedSequence(s_cust.entropy, spawn_key=(*s_cust.spawn_key, i))
+            hist, prof, cases = _customer_history(i, cfg, world, ct.get(i, []), seq)
+            hist["cust"] = np.full(len(hist["t"]), i)
+            hist["k"] = np.arange(len(hist["t"]))
+            chunk.append(hist)
+            profiles.append(prof)
+            for c in cases:
+                case_rows.append({**c, "customer": i})
+        frames.append(_to_frame(chunk, world, start, case_rows))
+        if bar:
+            bar.update(min(cfg.n_customers, lo + chunk_size) - lo)
+    if bar:
+        bar.close()
+    txns = pd.concat(frames, ignore_index=True)
+    for col in ("merchant_city", "device_id", "fraud_type", "fraud_case_id"):
+        txns[col] = txns[col].astype("str")  # one dtype whatever a chunk held
+    txns = txns.sort_values(["timestamp", "transaction_id"], kind="stable").reset_index(drop=True)
+    cases = pd.DataFrame([{
+        "case_id": f"F{r['customer']:06d}_{r['case']:02d}", "customer_id": f"C{r['customer']:06d}",
+        "fraud_type": r["fraud_type"], "start": start + pd.to_timedelta(r["start"], unit="s"),
+        "end": start + pd.to_timedelta(r["end"], unit="s"), "n_txns": r["n_txns"],
+        "compromise_merchant_id": None if r["compromise_merchant"] is None else f"M{r['compromise_merchant']:06d}",
+    } for r in case_rows], columns=["case_id", "customer_id", "fraud_type", "start", "end", "n_txns",
+                                    "compromise_merchant_id"])
+    merchants = _merchant_table(world, start)
+    return SynthData(txns, pd.DataFrame(profiles), merchants, cases)
+
+
+def _to_frame(chunk: list[dict], w: World, start, case_rows: list[dict]) -> pd.DataFrame:
+    h = {c: np.concatenate([x[c] for x in chunk]) for c in (*COLS, "cust", "k")}
+    m = h["merchant"]
+    ts = start + pd.to_timedelta(h["t"], unit="s")
+    case_lookup = {(r["customer"], r["case"]): r for r in case_rows}
+    fraud = h["fraud"].astype(bool)
+    ftype = np.array([None] * len(m), dtype=object)
+    fcase = np.array([None] * len(m), dtype=object)
+    avail = np.full(len(m), np.nan)
+    for i in np.flatnonzero(fraud):
+        r = case_lookup[(int(h["cust"][i]), int(h["case"][i]))]
+        ftype[i], fcase[i] = r["fraud_type"], f"F{int(h['cust'][i]):06d}_{r['case']:02d}"
+        avail[i] = r["end"] + round(r["label_delay"])
+    label_at = start + pd.to_timedelta(np.where(fraud, avail, 0), unit="s")
+    dev = h["device"]
+    device = np.where(dev >= 0, np.char.add(np.char.add(np.char.add("D", h["cust"].astype(str)), "_"), dev.astype(str)),
+                      None)
+    return pd.DataFrame({
+        "transaction_id": np.char.add(np.char.add("T", np.char.zfill(h["cust"].astype(str), 6)),
+                                      np.char.zfill(h["k"].astype(str), 5)),
+        "customer_id": np.char.add("C", np.char.zfill(h["cust"].astype(str), 6)),
+        "card_id": np.char.add(np.char.add(np.char.add("K", np.char.zfill(h["cust"].astype(str), 6)), "_"),
+                               h["card"].astype(str)),
+        "timestamp": ts.astype("datetime64[us, UTC]"),
+        "tz_offset_min": h["tz"].astype(np.int16),
+        "amount": h["amount"].round(2),
+        "currency": np.where(w.m_online[m], np.where(w.m_country[m] == "US", "USD", w.m_currency[m]), w.m_currency[m]),
+        "txn_type": np.array(TXN_TYPES)[h["txn_type"]],
+        "mcc": MCC[w.m_mcc[m]].astype(np.int64),
+        "merchant_id": np.char.add("M", np.char.zfill(m.astype(str), 6)),
+        "merchant_name": np.char.add("Merchant ", m.astype(str)),
+        "merchant_city": np.where(w.m_city[m] >= 0, np.char.add("city_", w.m_city[m].astype(str)), None),
+        "merchant_country": w.m_country[m],
+        "merchant_lat": w.m_lat[m].round(5),
+        "merchant_lon": w.m_lon[m].round(5),
+        "entry_mode": np.array(ENTRY)[h["entry"]],
+        "auth_method": np.array(AUTH)[h["auth"]],
+        "device_id": device,
+        "response_code": np.array(RESP)[h["response"]],
+        "is_fraud": fraud.astype(np.int8),
+        "fraud_type": ftype,
+        "fraud_case_id": fcase,
+        "label_available_at": pd.Series(label_at.astype("datetime64[us, UTC]")).where(fraud),
+    })
+
+
+def _merchant_table(w: World, start) -> pd.DataFrame:
+    n = len(w.m_mcc)
+    comp_from = np.full(n, np.nan)
+    comp_to = np.full(n, np.nan)
+    for m, s, e in w.compromised:
+        comp_from[m], comp_to[m] = s * 86400, e * 86400
+    has = ~np.isnan(comp_from)
+    return pd.DataFrame({
+        "merchant_id": [f"M{i:06d}" for i in range(n)], "name": [f"Merchant {i}" for i in range(n)],
+        "mcc": MCC[w.m_mcc], "is_online": w.m_online,
+        "city": [f"city_{c}" if c >= 0 else None for c in w.m_city], "country": w.m_country,
+        "lat": w.m_lat, "lon": w.m_lon,
+        "compromised_from": pd.Series(start + pd.to_timedelta(np.nan_to_num(comp_from), unit="s")).where(has),
+        "compromised_to": pd.Series(start + pd.to_timedelta(np.nan_to_num(comp_to), unit="s")).where(has),
+    })
+
+
+# -- export and load ---------------------------------------------------------------------------------
+LABEL_COLS = ("is_fraud", "fraud_type", "fraud_case_id", "label_available_at")
+
+
+def _csv(df: pd.DataFrame, path: Path) -> None:
+    out = df.copy()
+    for col in out.columns:
+        if isinstance(out[col].dtype, pd.DatetimeTZDtype):
+            out[col] = out[col].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if "amount" in out:
+        out["amount"] = out["amount"].map(lambda v: f"{v:.2f}")
+    out.to_csv(path, index=False, lineterminator="\n")
+
+
+def export(data: SynthData, out: str | Path, fmt: str = "parquet", labels_separate: bool = False,
+           cfg: SynthConfig | None = None) -> dict:
+    """Write the bank (``transactions``, ``customers``, ``merchants``, ``fraud_cases``, optional
+    ``labels.csv``) and ``manifest.json`` (config, row counts, fraud rate per pattern, SHA-256s)."""
+    if fmt not in ("parquet", "csv"):
+        raise ValueError(f"format must be 'parquet' or 'csv', got {fmt!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {"transactions": data.transactions, "customers": data.customers, "merchants": data.merchants,
+              "fraud_cases": data.fraud_cases}
+    if labels_separate:
+        tables["transactions"] = data.transactions.drop(columns=list(LABEL_COLS))
+    files = {}
+    for name, df in tables.items():
+        path = out / f"{name}.{fmt}"
+        if fmt == "csv":
+            _csv(df, path)
+        else:
+            df.to_parquet(path, index=False)
+        files[path.name] = path
+    if labels_separate:
+        path = out / "labels.csv"
+        _csv(data.transactions[["transaction_id", *LABEL_COLS]], path)
+        files[path.name] = path
+    tx = data.transactions
+    from .. import __version__
+
+    manifest = {
+        "config": asdict(cfg) if cfg is not None else None, "package_version": __version__,
+        "rows": {k: len(v) for k, v in tables.items()},
+        "fraud_rate": float(tx["is_fraud"].mean()) if len(tx) else 0.0,
+        "fraud_rate_by_pattern": {p: float((tx["fraud_type"] == p).mean()) for p in PATTERNS},
+        "sha256": {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in files.items()},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def load_bank(folder: str | Path) -> SynthData:
+    """Read a folder written by :func:`export` (Parquet or CSV; labels merged back when separate)."""
+    folder = Path(folder)
+
+    def read(name: str, required: bool = True):
+        for ext in ("parquet", "csv"):
+            p = folder / f"{name}.{ext}"
+            if p.is_file():
+                df = pd.read_parquet(p) if ext == "parquet" else pd.read_csv(p, keep_default_na=True, dtype={
+                    "transaction_id": str, "customer_id": str, "merchant_id": str, "device_id": str, "card_id": str})
+                for col, dt in (("tz_offset_min", np.int16), ("is_fraud", np.int8)):
+                    if col in df:
+                        df[col] = df[col].astype(dt)
+                for col in ("timestamp", "label_available_at", "start", "end", "compromised_from", "compromised_to"):
+                    if col in df:
+                        df[col] = pd.to_datetime(df[col], utc=True).astype("datetime64[us, UTC]")
+                return df
+        if required:
+            raise FileNotFoundError(f"{folder} has no {name}.parquet or {name}.csv; generate one with"
+                                    " `slmlab transactions generate --out DIR`")
+        return None
+
+    tx = read("transactions")
+    labels = folder / "labels.csv"
+    if labels.is_file() and "is_fraud" not in tx:
+        lab = pd.read_csv(labels, dtype={"transaction_id": str})
+        lab["label_available_at"] = pd.to_datetime(lab["label_available_at"], utc=True).astype("datetime64[us, UTC]")
+        tx = tx.merge(lab, on="transaction_id", how="left")
+    return SynthData(tx, read("customers", False), read("merchants", False), read("fraud_cases", False))
