@@ -27,6 +27,8 @@ class OptimConfig:
         betas, eps: AdamW moments.
         weight_decay: decoupled decay; never applied to norms, biases or embeddings.
         grad_clip: max global gradient norm (0 = off).
+        lr_scales: learning-rate multipliers by parameter-name prefix, e.g. ``{"encoder.": 0.1}``
+            for fine-tuning a pretrained body slower than a new head; the longest matching prefix wins.
     """
 
     name: str = "adamw"
@@ -36,6 +38,7 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     grad_clip: float = 1.0
+    lr_scales: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.name not in ("adamw", "muon"):
@@ -48,6 +51,12 @@ class OptimConfig:
         self.betas = (float(self.betas[0]), float(self.betas[1]))
         if self.weight_decay < 0 or self.grad_clip < 0:
             raise ValueError(f"optim.weight_decay and optim.grad_clip must be >= 0, got {self.weight_decay}, {self.grad_clip}")
+        if not isinstance(self.lr_scales, dict):
+            raise ValueError(f"optim.lr_scales must map parameter-name prefixes to multipliers, got {self.lr_scales!r}")
+        for prefix, scale in self.lr_scales.items():
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+                raise ValueError(f"optim.lr_scales[{prefix!r}] must be a number > 0, got {scale!r}")
+        self.lr_scales = {str(k): float(v) for k, v in self.lr_scales.items()}
 
 
 @dataclass

@@ -79,8 +79,27 @@ def _adamw(groups: list[dict], cfg: OptimConfig, device: torch.device) -> torch.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=True)
 
 
+def _lr_scale(name: str, scales: dict[str, float]) -> float:
+    """The multiplier of the longest prefix in ``scales`` that ``name`` starts with (1 if none)."""
+    best = max((p for p in scales if name.startswith(p)), key=len, default=None)
+    return 1.0 if best is None else scales[best]
+
+
+def _scaled(group: dict, named: list[tuple[str, nn.Parameter]], scales: dict[str, float]) -> list[dict]:
+    """``group`` split by lr scale (``OptimConfig.lr_scales``): one group per distinct scale."""
+    by_scale: dict[float, list[nn.Parameter]] = {}
+    for name, p in named:
+        by_scale.setdefault(_lr_scale(name, scales), []).append(p)
+    out = []
+    for scale, params in sorted(by_scale.items(), reverse=True):
+        suffix = "" if scale == 1.0 else f"@x{scale:g}"
+        out.append({**group, "params": params, "base_lr": group["base_lr"] * scale, "name": group["name"] + suffix})
+    return out
+
+
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer | CombinedOptimizer:
-    """The optimiser of ``cfg.name``; every group records its peak lr as ``base_lr``.
+    """The optimiser of ``cfg.name``; every group records its peak lr as ``base_lr`` (times its
+    ``cfg.lr_scales`` multiplier).
 
     Args:
         model: the (unwrapped) model.
@@ -91,10 +110,10 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
     no_decay = [p for _, p in parts["embedding"]] + [p for _, p in parts["other"]]
     matrices = [p for _, p in parts["matrix"]]
     if cfg.name == "adamw":
-        groups = [
-            {"params": matrices, "weight_decay": cfg.weight_decay, "base_lr": cfg.lr, "name": "matrix"},
-            {"params": no_decay, "weight_decay": 0.0, "base_lr": cfg.lr, "name": "no_decay"},
-        ]
+        groups = _scaled({"weight_decay": cfg.weight_decay, "base_lr": cfg.lr, "name": "matrix"},
+                         parts["matrix"], cfg.lr_scales)
+        groups += _scaled({"weight_decay": 0.0, "base_lr": cfg.lr, "name": "no_decay"},
+                          parts["embedding"] + parts["other"], cfg.lr_scales)
         return _adamw([g for g in groups if g["params"]], cfg, device)
     muon = torch.optim.Muon(
         [{"params": matrices, "base_lr": cfg.muon_lr, "name": "muon"}],

@@ -93,10 +93,14 @@ class Trainer:
             "best_acc": self.best_acc,
             "best_step": self.best_step,
         device: where to train (default: ``cfg.device`` resolved).
+        evaluator: ``evaluator(model, split) -> dict`` with at least ``loss`` (``acc`` optional), for
+            models whose outputs are not ``[B, T, V]`` text logits; default: the LM evaluation
+            (``slmlab.evaluate.lm.evaluate_source``).
     """
 
     def __init__(self, cfg: RunConfig, model, source, tokenizer=None, run_dir: str | Path | None = None,
-                 dist_info: DistInfo | None = None, device: torch.device | None = None) -> None:
+                 dist_info: DistInfo | None = None, device: torch.device | None = None, evaluator=None) -> None:
+        self.evaluator = evaluator
         self.cfg = cfg
         self.dist = dist_info or DistInfo()
         self.device = device or resolve_device(cfg.device, self.dist)
@@ -161,6 +165,8 @@ class Trainer:
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split: str = "validation") -> dict:
         """Validation metrics of the current model (every rank computes the same numbers)."""
+        if self.evaluator is not None:
+            return self.evaluator(self.model, split)
         bs = self.cfg.eval_batch_size or self.cfg.batch_size
         return evaluate_source(
             self.model, self.source, split, bs, self.cfg.eval_batches or None,
@@ -268,7 +274,7 @@ class Trainer:
         return result
 
     def _early_stop(self, result: dict) -> None:
-        if self.cfg.early_stop_acc and result["acc"] > self.cfg.early_stop_acc:
+        if self.cfg.early_stop_acc and "acc" in result and result["acc"] > self.cfg.early_stop_acc:
             self.state.stop_reason = f"validation accuracy {result['acc']:.4f} > {self.cfg.early_stop_acc}"
 
     def _save_and_wait(self) -> Path | None:
@@ -292,7 +298,7 @@ class Trainer:
             "train", cfg.batch_size, seed=cfg.seed, step=st.step * cfg.grad_accum,
             rank=self.dist.rank, world_size=self.dist.world_size,
         )
-        if self.cfg.keep_best and result["acc"] > self.state.best_acc:
+        if self.cfg.keep_best and "acc" in result and result["acc"] > self.state.best_acc:
             self.state.best_acc, self.state.best_step = float(result["acc"]), self.state.step
             if self.dist.is_main:
                 self.model.save_pretrained(str(self.ckpt_root / "best"))
@@ -338,5 +344,6 @@ def _format_eval(result: dict) -> str:
     parts = [f"val loss {result['loss']:.4f}"]
     if "bits_per_byte" in result:
         parts.append(f"bpb {result['bits_per_byte']:.3f}")
-    parts.append(f"acc {result['acc']:.4f}")
+    if "acc" in result:
+        parts.append(f"acc {result['acc']:.4f}")
     return ", ".join(parts)
