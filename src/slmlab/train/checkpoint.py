@@ -119,10 +119,65 @@ def write_trainer_files(folder: Path, optimizer, trainer_state: dict) -> None:
     (folder / "state.json").write_text(json.dumps(trainer_state, indent=2))
 
 
+class NonFiniteWeights(CheckpointError):
+    """A model holds NaN/inf parameters: it is never saved as a checkpoint, nor evaluated."""
+
+
+def non_finite_parameters(model: torch.nn.Module) -> list[str]:
+    """Names of the parameters and buffers of ``model`` holding NaN or inf (floating point only)."""
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    return [n for n, t in tensors if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file under ``folder``, then the folders themselves, to stable storage."""
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True) + [folder]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two existing paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    system has no such call (the caller then falls back to two renames)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def remove_stale_temporaries(root: Path) -> list[Path]:
+    """Delete the ``.tmp-step_*`` / ``.old-step_*`` folders a killed writer left in ``root``
+    (call it while holding the run lock: no live writer can own them); returns what was removed."""
+    root = Path(root)
+    stale = [p for p in root.iterdir() if p.name.startswith((".tmp-step_", ".old-step_"))] if root.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
 def save_checkpoint(
     root: Path, step: int, model, tokenizer, optimizer, trainer_state: dict, run_config: dict, keep: int = 0
 ) -> Path:
     """Write ``root/step_{step:06d}`` atomically and prune to the newest ``keep`` (0 = keep all).
+
+    Every file and the folder are fsync'd before the rename that publishes it; re-saving an
+    existing step swaps the two folders atomically, so some ``step_N`` is on disk at every moment.
 
     Args:
         root: the run's ``checkpoints`` folder.
@@ -131,9 +186,14 @@ def save_checkpoint(
         optimizer: anything with ``state_dict()``.
         trainer_state: JSON-able step / data position / metrics.
         run_config: the resolved run config (saved as ``run.yaml``).
+    Raises:
+        NonFiniteWeights: the model holds NaN/inf parameters (nothing is written).
     """
     import yaml
 
+    bad = non_finite_parameters(model)
+    if bad:
+        raise NonFiniteWeights(f"refusing to save step {step}: parameters {bad[:3]} hold NaN/inf")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -147,13 +207,18 @@ def save_checkpoint(
             tokenizer.save_pretrained(str(tmp))
         (tmp / "run.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
         write_trainer_files(tmp / "trainer", optimizer, trainer_state)
+        _fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
-            old = root / f".old-step_{step:06d}-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
+            if _exchange(tmp, final):  # tmp now holds the old folder
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                old = root / f".old-step_{step:06d}-{os.getpid()}"
+                os.replace(final, old)
+                os.replace(tmp, final)
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
+        _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -189,13 +254,46 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def check_checkpoint(ckpt: Path, need_trainer: bool = True) -> None:
-    """Raise :class:`CheckpointError` naming the first missing file."""
+    """Raise :class:`CheckpointError` naming the first missing or damaged file: the required files
+    exist, every JSON file parses, and every safetensors file has a valid header whose tensors lie
+    inside the file (a truncated copy is caught here, before ``from_pretrained`` reads it)."""
     needed = REQUIRED_FILES if need_trainer else REQUIRED_FILES[:1]
     for name in needed:
         if not (ckpt / name).is_file():
             raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name} is missing")
     if not any((ckpt / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
         raise CheckpointError(f"checkpoint {ckpt} is incomplete: model.safetensors is missing")
+    folders = (ckpt, ckpt / "trainer") if need_trainer else (ckpt,)
+    for folder in folders:
+        for path in sorted(folder.glob("*.json")):
+            _read_json(path)
+        for path in sorted(folder.glob("*.safetensors")):
+            check_safetensors_header(path)
+
+
+def check_safetensors_header(path: Path) -> None:
+    """Check a safetensors file's framing without reading its tensors: an 8-byte header length, a
+    JSON header, and data offsets that end inside the file."""
+    size = path.stat().st_size
+    damaged = f"{path} is corrupt or truncated (not a complete safetensors file)"
+    fix = "; resume from an earlier checkpoint or save the model again"
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError(damaged + fix)
+        n = int.from_bytes(head, "little")
+        if n <= 0 or 8 + n > size:
+            raise CheckpointError(damaged + fix)
+        try:
+            header = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise CheckpointError(damaged + fix) from None
+    if not isinstance(header, dict):
+        raise CheckpointError(damaged + fix)
+    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
+               and "data_offsets" in v), default=0)
+    if 8 + n + end > size:
+        raise CheckpointError(f"{path} is truncated: its header describes {8 + n + end} bytes, the file has {size}" + fix)
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -209,7 +307,10 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path} is corrupt (invalid JSON): {err}") from err
+        raise CheckpointError(
+            f"{path} is corrupt (invalid JSON: {err}); the file was damaged or half-written: resume from an earlier"
+            " checkpoint or save it again"
+        ) from err
 
 
 def model_state_from_checkpoint(ckpt: Path) -> dict[str, torch.Tensor]:

@@ -20,7 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..evaluate.lm import evaluate_source, family_forward_inputs, model_inputs
-from .checkpoint import list_checkpoints, load_training_state, save_checkpoint
+from .checkpoint import NonFiniteWeights, list_checkpoints, load_training_state, save_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, all_reduce_mean, barrier, broadcast_flag
 from .metrics import MetricsLogger
@@ -34,12 +34,29 @@ class TrainingDiverged(RuntimeError):
 
 
 def resolve_device(spec: str, dist_info: DistInfo | None = None) -> torch.device:
-    """``auto`` -> ``cuda:<local_rank>`` when CUDA is present, else ``cpu``."""
+    """``auto`` -> ``cuda:<local_rank>`` when CUDA is present, else ``cpu``; an explicit device must
+    exist here (``device=cuda`` on a CPU build is a ``ValueError`` saying what to use instead)."""
     if spec == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", dist_info.local_rank if dist_info else 0)
         return torch.device("cpu")
-    return torch.device(spec)
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={spec!r} is not a torch device; use auto, cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={spec!r} but this machine or torch build has no CUDA; use device=auto or device=cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device={spec!r} but only {torch.cuda.device_count()} CUDA device(s) exist; use cuda:0..")
+    if device.type not in ("cpu", "cuda") and not _backend_available(device.type):
+        raise ValueError(f"device={spec!r} is not available on this machine; use device=auto or device=cpu")
+    return device
+
+
+def _backend_available(kind: str) -> bool:
+    module = getattr(torch, kind, None) or getattr(torch.backends, kind, None)
+    probe = getattr(module, "is_available", None)
+    return bool(probe()) if callable(probe) else False
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,8 @@ class TrainState:
     tokens_seen: int = 0
     train_time_s: float = 0.0
     best_val_loss: float = math.inf
+    best_acc: float = -1.0  # best validation accuracy (keep_best), -1 before the first evaluation
+    best_step: int = -1
     last_eval: dict = field(default_factory=dict)
     stop_reason: str = ""
 
@@ -71,6 +90,8 @@ class TrainState:
             "tokens_seen": self.tokens_seen,
             "train_time_s": self.train_time_s,
             "best_val_loss": self.best_val_loss if math.isfinite(self.best_val_loss) else None,
+            "best_acc": self.best_acc,
+            "best_step": self.best_step,
             "last_eval": self.last_eval,
             "world_size": world_size,
             "global_batch_rows": cfg.batch_size * world_size,
@@ -78,8 +99,6 @@ class TrainState:
         }
 
 
-    best_acc: float = -1.0  # best validation accuracy (keep_best), -1 before the first evaluation
-    best_step: int = -1
 class Trainer:
     """Train ``model`` on ``source`` as ``cfg`` says; write everything under ``run_dir``.
 
@@ -90,8 +109,6 @@ class Trainer:
         tokenizer: saved beside every checkpoint (may be None).
         run_dir: the run folder.
         dist_info: the torchrun position (single process by default).
-            "best_acc": self.best_acc,
-            "best_step": self.best_step,
         device: where to train (default: ``cfg.device`` resolved).
         evaluator: ``evaluator(model, split) -> dict`` with at least ``loss`` (``acc`` optional), for
             models whose outputs are not ``[B, T, V]`` text logits; default: the LM evaluation
@@ -110,6 +127,11 @@ class Trainer:
         self.source = source
         self.tokenizer = tokenizer
         self.forward_inputs = family_forward_inputs(model)
+        # train_on=scored: the LM head runs only at scored positions (same loss; SLMForCausalLM.forward)
+        self.scored_only = (
+            cfg.train_on == "scored" and bool(getattr(source, "is_synthetic", False))
+            and "scored_only" in inspect.signature(model.forward).parameters
+        )
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.state = TrainState()
         self.losses: list[float] = []
@@ -127,11 +149,6 @@ class Trainer:
     def resume(self, ckpt: str | Path) -> None:
         """Continue from a checkpoint written by :meth:`save` (weights, optimiser, RNG, position)."""
         data = load_training_state(Path(ckpt), self.model, self.optimizer)
-        # train_on=scored: the LM head runs only at scored positions (same loss; SLMForCausalLM.forward)
-        self.scored_only = (
-            cfg.train_on == "scored" and bool(getattr(source, "is_synthetic", False))
-            and "scored_only" in inspect.signature(model.forward).parameters
-        )
         if data.get("global_batch_rows") not in (None, self.cfg.batch_size * self.dist.world_size):
             raise ValueError(
                 f"checkpoint was written with a global batch of {data['global_batch_rows']} rows per micro-step;"
@@ -143,6 +160,8 @@ class Trainer:
             tokens_seen=int(data.get("tokens_seen", 0)),
             train_time_s=float(data.get("train_time_s", 0.0)),
             best_val_loss=math.inf if best is None else float(best),
+            best_acc=float(data.get("best_acc", -1.0)),
+            best_step=int(data.get("best_step", -1)),
             last_eval=data.get("last_eval") or {},
         )
 
@@ -150,18 +169,23 @@ class Trainer:
         """Write a checkpoint of the current step (main rank only); returns its folder."""
         path = None
         if self.dist.is_main:
-            path = save_checkpoint(
-                self.ckpt_root, self.state.step, self.model, self.tokenizer, self.optimizer,
-                self.state.to_json(self.cfg, self.dist.world_size), self.cfg.to_dict(), self.cfg.keep_checkpoints,
-            )
+            try:
+                path = save_checkpoint(
+                    self.ckpt_root, self.state.step, self.model, self.tokenizer, self.optimizer,
+                    self.state.to_json(self.cfg, self.dist.world_size), self.cfg.to_dict(), self.cfg.keep_checkpoints,
+                )
+            except NonFiniteWeights as err:
+                last = self.last_checkpoint()
+                raise TrainingDiverged(
+                    f"the weights became non-finite by step {self.state.step} ({err}); no checkpoint was written."
+                    f" Last good checkpoint: {last if last else 'none written yet'}. Lower optim.lr or check the data."
+                ) from None
         return path
 
     def last_checkpoint(self) -> Path | None:
         found = list_checkpoints(self.ckpt_root)
         return found[-1] if found else None
 
-            best_acc=float(data.get("best_acc", -1.0)),
-            best_step=int(data.get("best_step", -1)),
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, split: str = "validation") -> dict:
         """Validation metrics of the current model (every rank computes the same numbers)."""
@@ -177,6 +201,8 @@ class Trainer:
     def _micro_step(self, batch: dict, sync: bool) -> tuple[torch.Tensor, int]:
         kwargs = model_inputs(batch, self.forward_inputs, self.device)
         kwargs["labels"] = batch["labels"].to(self.device)
+        if self.scored_only:
+            kwargs["scored_only"] = True
         no_sync = self.train_model.no_sync if (self.dist.enabled and not sync and hasattr(self.train_model, "no_sync")) else nullcontext
         with no_sync():
             with self.autocast() if self.autocast else nullcontext():
@@ -201,14 +227,16 @@ class Trainer:
         for micro in range(cfg.grad_accum):
             loss, n = self._micro_step(next(stream), sync=micro == cfg.grad_accum - 1)
             loss_sum += loss
-        if self.scored_only:
-            kwargs["scored_only"] = True
             tokens += n
         loss_value = float(all_reduce_mean(loss_sum, self.dist))
         self._check_finite(loss_value)
         grad_norm = None
         if cfg.optim.grad_clip > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip))
+            self._check_finite(grad_norm, "gradient norm")
+        else:  # no clipping: still never apply a non-finite update
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            self._check_finite(float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0, "gradient norm")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
@@ -220,13 +248,13 @@ class Trainer:
         self.losses.append(loss_value)
         return result
 
-    def _check_finite(self, loss_value: float) -> None:
-        if math.isfinite(loss_value):
+    def _check_finite(self, value: float, what: str = "loss") -> None:
+        if math.isfinite(value):
             return
         self.optimizer.zero_grad(set_to_none=True)
         last = self.last_checkpoint()
         raise TrainingDiverged(
-            f"loss became {loss_value} at step {self.state.step + 1}; training stopped before applying that update."
+            f"{what} became {value} at step {self.state.step + 1}; training stopped before applying that update."
             f" Last good checkpoint: {last if last else 'none written yet'}. Lower optim.lr or check the data."
         )
 
@@ -270,6 +298,10 @@ class Trainer:
         if "acc_by_group" in result:
             self.state.last_eval["acc_by_group"] = {str(k): v for k, v in result["acc_by_group"].items()}
         self.state.best_val_loss = min(self.state.best_val_loss, result["loss"])
+        if self.cfg.keep_best and "acc" in result and result["acc"] > self.state.best_acc:
+            self.state.best_acc, self.state.best_step = float(result["acc"]), self.state.step
+            if self.dist.is_main:
+                self.model.save_pretrained(str(self.ckpt_root / "best"))
         metrics.log("eval", self.state.step, self.state.last_eval)
         return result
 
@@ -298,10 +330,6 @@ class Trainer:
             "train", cfg.batch_size, seed=cfg.seed, step=st.step * cfg.grad_accum,
             rank=self.dist.rank, world_size=self.dist.world_size,
         )
-        if self.cfg.keep_best and "acc" in result and result["acc"] > self.state.best_acc:
-            self.state.best_acc, self.state.best_step = float(result["acc"]), self.state.step
-            if self.dist.is_main:
-                self.model.save_pretrained(str(self.ckpt_root / "best"))
         progress = Progress(cfg.max_steps, st.step, cfg.progress and self.dist.is_main, cfg.log_every)
         self.train_model.train()
         self._window_tokens, self._window_time = 0, 0.0  # since the last metrics record
@@ -325,8 +353,8 @@ class Trainer:
             if evaluated_at != st.step:
                 self._log_eval(metrics)
             self._save_and_wait()
-        except KeyboardInterrupt:
-            st.stop_reason = "interrupted (Ctrl-C)"
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM through slmlab.train.signals
+            st.stop_reason = getattr(err, "stop_reason", "interrupted (Ctrl-C)")
             self.optimizer.zero_grad(set_to_none=True)
             saved = self.save()
             progress.write(f"interrupted at step {st.step}; checkpoint saved to {saved}")

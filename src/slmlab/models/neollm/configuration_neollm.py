@@ -209,6 +209,13 @@ class NeoLLMConfig(PretrainedConfig):
                 "`use_laurel=True` requires at least one sub-variant to be active: "
                 "set `use_laurel_rw=True` and/or `use_laurel_lr=True`."
             )
+        if use_laurel and use_laurel_lr and not (1 <= laurel_lr_rank <= hidden_size):
+            raise ValueError(
+                f"`laurel_lr_rank` must satisfy 1 <= laurel_lr_rank <= hidden_size={hidden_size} when "
+                f"`use_laurel_lr=True`, got laurel_lr_rank={laurel_lr_rank}."
+            )
+        if use_attn_res:
+            self._check_attn_res(attn_res_num_blocks, num_hidden_layers)
         if use_stack_memory:
             _check_positive(stack_d_model=stack_d_model, num_mem_heads=num_mem_heads, stack_slots=stack_slots)
             if stack_d_model % num_mem_heads:
@@ -391,6 +398,18 @@ class NeoLLMConfig(PretrainedConfig):
             raise ValueError(f"`iha_local_global_pattern` only accepts 'L' and 'G'. Got invalid characters: {bad}.")
         if window is not None and int(window) < 1:
             raise ValueError(f"`iha_sliding_window` must be None (automatic) or an int >= 1, got {window!r}.")
+
+    @staticmethod
+    def _check_attn_res(num_blocks: int, num_layers: int) -> None:
+        if num_blocks < 0:
+            raise ValueError(
+                f"`attn_res_num_blocks` must be >= 0 (0 = full AttnRes, one block per layer), got {num_blocks}."
+            )
+        if num_blocks > num_layers:
+            logger.info(
+                "`attn_res_num_blocks`=%d exceeds num_hidden_layers=%d; it behaves as %d (one block per layer).",
+                num_blocks, num_layers, num_layers,
+            )
 
     @staticmethod
     def _check_residual_flow(**flags: bool) -> None:

@@ -18,15 +18,8 @@ UNBUILT: dict[str, str] = {
     "use_affine_scaled_attention": f"{ATTENTION_DOC}#affine-scaled-softmax",
     "use_directional_routing": f"{ATTENTION_DOC}#directional-routing",
     "use_repo_goat_prior": f"{ATTENTION_DOC}#goat-prior",
-    "use_laurel": f"{RESIDUAL_DOC}#laurel",
-    "use_attn_res": f"{RESIDUAL_DOC}#attnres",
-    "use_stack_memory": f"{RESIDUAL_DOC}#stackmemory",
-    "use_lns": f"{RESIDUAL_DOC}#lns",
-    "use_gpas": f"{RESIDUAL_DOC}#gpas",
     "use_token_generator": f"{RESIDUAL_DOC}#token-generator",
     "use_jtokm": f"{RESIDUAL_DOC}#jtok-m",
-    "polynorm_exclusive": f"{RESIDUAL_DOC}#polynorm",
-    "use_embedding_multipliers": f"{RESIDUAL_DOC}#embedding-multipliers",
 }
 
 
