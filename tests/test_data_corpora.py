@@ -79,7 +79,7 @@ def test_utf8_bom_is_dropped(tmp_path):
 @pytest.mark.parametrize(
     "setup, match",
     [
-        (lambda p: None, "does not exist"),
+        (lambda p: None, "nor an existing file or folder"),
         (lambda p: p.write_text(""), "no text found"),
         (lambda p: p.write_text("   \n\n"), "no text found"),
     ],

@@ -210,7 +210,7 @@ def test_bad_arguments_are_clear_errors(text_source, call, match):
 
 
 def test_get_source_errors(tmp_path, corpus):
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(ValueError, match="nor an existing file or folder"):
         get_source(str(tmp_path / "nope"), None, 32)
     with pytest.raises(ValueError, match="errors must be one of"):
         get_source(corpus, None, 32, errors="ignore")

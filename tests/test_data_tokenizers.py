@@ -158,5 +158,5 @@ def test_tokenizer_errors(kwargs, match, tmp_path):
 def test_corrupt_tokenizer_json_is_a_clear_error(tmp_path):
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps({"not": "a tokenizer"}))
-    with pytest.raises(ValueError, match="cannot load tokenizer"):
+    with pytest.raises(ValueError, match="tokenizer.json is not a valid tokenizer file"):
         get_tokenizer(str(path))

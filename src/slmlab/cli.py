@@ -1,9 +1,10 @@
 """The ``slmlab`` command line: one table from command to function.
 
 Each function lives in its own module of :mod:`slmlab.commands`, takes ``argv`` (the words after
-the command), parses them with argparse, and its docstring is the command's help. Expected failures
-(``ValueError``, ``TypeError``, ``FileNotFoundError``) print ``slmlab <command>: error: ...`` and
-exit with status 2. ``tests/test_cli.py`` keeps this table and the README in sync.
+the command), parses them with argparse, and its docstring is the command's help. :func:`main` is the one error
+boundary (:mod:`slmlab.commands.errors`): an expected failure prints ``slmlab <command>: error:
+...`` and exits 2, Ctrl-C exits 130; ``--debug`` or ``SLMLAB_DEBUG=1`` shows tracebacks.
+``tests/test_cli.py`` keeps this table and the README in sync.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ def _resolve(target: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from .commands.errors import DEBUG_ENV, EXIT_INTERNAL, EXIT_USAGE, debug_requested, expected_error_message
+
+    debug, argv = debug_requested(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help", "help"):
         print("usage: slmlab <command> [args]\n\ncommands:")
         for name, target in COMMANDS.items():
             doc = (_resolve(target).__doc__ or "").strip().splitlines()
             print(f"  {name:<12}{doc[0] if doc else ''}")
-        print("\n`slmlab <command> --help` for a command's options.")
+        print("\n`slmlab <command> --help` for a command's options; --debug (or SLMLAB_DEBUG=1) shows tracebacks.")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
@@ -41,9 +44,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(_resolve(COMMANDS[name])(rest) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"slmlab {name}: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM during `slmlab train` (slmlab.train.signals)
+        if debug:
+            raise
+        from .train.signals import exit_status
+
+        reason = getattr(err, "stop_reason", "interrupted (Ctrl-C)")
+        print(f"slmlab {name}: {reason}", file=sys.stderr)
+        return exit_status(reason)
+    except Exception as err:
+        if debug:
+            raise
+        message = expected_error_message(err)
+        if message is None:  # a bug: say so, and how to see where
+            print(f"slmlab {name}: internal error: {type(err).__name__}: {err}; rerun with --debug (or"
+                  f" {DEBUG_ENV}=1) for the traceback and report it", file=sys.stderr)
+            return EXIT_INTERNAL
+        print(f"slmlab {name}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -45,24 +45,30 @@ def load_for_inference(path: str | Path, device: str = "auto"):
     """A saved model ready for inference: ``(checkpoint folder, model in eval mode on the device,
     tokenizer or None, device)``.
 
+    The folder is checked before anything is loaded (JSON files parse, safetensors headers are
+    whole, ``model_type`` is an slmlab family: no code shipped in the folder ever runs), and the
+    loaded weights must be finite.
+
     Args:
         path: a run folder (its newest checkpoint), a checkpoint folder, or any saved model folder.
         device: ``auto`` (CUDA when present, else CPU) or a torch device string.
     Raises:
         FileNotFoundError / CheckpointError (a ValueError): nothing usable at ``path``.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
-    import slmlab  # noqa: F401  (registers the families with the Auto classes)
-
-    from ..train.checkpoint import _quiet_hf_progress, check_checkpoint, resolve_checkpoint
+    from ..data import get_tokenizer
+    from ..train.checkpoint import CheckpointError, non_finite_parameters, resolve_checkpoint
+    from ..train.run import load_saved_model
     from ..train.trainer import resolve_device
 
     ckpt = resolve_checkpoint(path)
-    check_checkpoint(ckpt, need_trainer=False)
     dev = resolve_device(device)
-    with _quiet_hf_progress():
-        model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).to(dev).eval()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(ckpt)) if (ckpt / "tokenizer.json").is_file() else None
+    model = load_saved_model(ckpt)
+    bad = non_finite_parameters(model)
+    if bad:
+        raise CheckpointError(
+            f"{ckpt} holds non-finite weights (NaN/inf in {bad[:3]}); its outputs would be meaningless: use an earlier"
+            " checkpoint of the run"
+        )
+    model = model.to(dev).eval()
+    tokenizer = get_tokenizer(str(ckpt)) if (ckpt / "tokenizer.json").is_file() else None
     return ckpt, model, tokenizer, dev

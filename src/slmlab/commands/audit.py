@@ -16,9 +16,8 @@ def audit_command(argv: list[str]) -> int:
     import torch
     from transformers import AutoConfig
 
-    import slmlab
     from slmlab.evaluate.audit import audit_model, format_audit
-    from slmlab.models.registry import resolve_model_spec
+    from slmlab.models.registry import check_config_keys, check_saved_model_type, resolve_model_spec
 
     p = command_parser(audit_command, "audit")
     p.add_argument("model")
@@ -26,8 +25,9 @@ def audit_command(argv: list[str]) -> int:
     args = p.parse_args(argv)
     overrides = parse_overrides(args.overrides)
     if Path(args.model).is_dir():
-        cfg = AutoConfig.from_pretrained(args.model, **overrides)
-        fam = slmlab.get_family(cfg.model_type)
+        fam = check_saved_model_type(args.model)  # never runs code shipped in the folder
+        check_config_keys(fam.config_class, overrides, f"{fam.name} config")
+        cfg = AutoConfig.from_pretrained(args.model, trust_remote_code=False, **overrides)
     else:
         fam, preset = resolve_model_spec(args.model)
         cfg = fam.make_config(preset, **overrides)

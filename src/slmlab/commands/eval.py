@@ -18,11 +18,9 @@ def eval_command(argv: list[str]) -> int:
     The tokenizer saved with the checkpoint is used; block size and data cache default to the
     run's own (run.yaml beside the weights). Synthetic tasks also print accuracy per group.
     """
-    import yaml
-
     from ..evaluate.lm import evaluate_source, family_forward_inputs
     from ..train.precision import autocast_factory
-    from ..train.run import open_data
+    from ..train.run import open_data, saved_run_config
 
     p = command_parser(eval_command, "eval")
     p.add_argument("run")
@@ -35,7 +33,7 @@ def eval_command(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
     args = p.parse_args(argv)
     ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
-    run_cfg = yaml.safe_load((ckpt / "run.yaml").read_text()) if (ckpt / "run.yaml").is_file() else {}
+    run_cfg = saved_run_config(ckpt)
     data = args.data or run_cfg.get("data")
     if not data:
         raise ValueError(f"{ckpt} has no run.yaml naming its data; pass --data")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from ._common import command_parser, load_for_inference
 
 
@@ -27,9 +29,13 @@ def generate_command(argv: list[str]) -> int:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
+    p.add_argument("--truncate-prompt", action="store_true",
+                   help="drop the prompt's oldest tokens (with a warning) when it leaves no room for new tokens")
     p.add_argument("--compile", action="store_true",
                    help="compile the decode step with torch.compile (Lumen, LFM2; ~10 s once, then faster per token)")
     args = p.parse_args(argv)
+    if args.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
     if args.prompt_ids is not None:
         ids = [int(x) for x in args.prompt_ids.replace(" ", "").split(",") if x]
@@ -41,9 +47,8 @@ def generate_command(argv: list[str]) -> int:
         raise ValueError(f"{ckpt} has no tokenizer.json; pass --prompt-ids")
     if not ids:
         raise ValueError("the prompt is empty; give --prompt text or --prompt-ids")
+    ids, n_new = fit_to_context(ids, args.max_new_tokens, model.max_positions(), args.truncate_prompt)
     input_ids = torch.tensor([ids], device=dev)
-    max_pos = model.max_positions()
-    n_new = args.max_new_tokens if max_pos is None else max(0, min(args.max_new_tokens, max_pos - len(ids)))
     new: list[int] = []
     printed = 0
     if tokenizer is not None and args.prompt_ids is None:
@@ -66,3 +71,29 @@ def generate_command(argv: list[str]) -> int:
              stop_tokens=stops, callback=stream, generator=gen, compile=args.compile)
     print()
     return 0
+
+
+def fit_to_context(ids: list[int], max_new_tokens: int, max_positions: int | None, truncate: bool) -> tuple[list[int], int]:
+    """``(prompt ids, new tokens)`` that fit the model's context, never silently.
+
+    A prompt that leaves no room for a new token is an error, unless ``truncate``: then its oldest
+    tokens are dropped (keeping room for ``max_new_tokens``, at least one) with a warning. When the
+    context caps ``max_new_tokens``, a note on stderr says so.
+    """
+    if max_positions is None:
+        return ids, max_new_tokens
+    if len(ids) >= max_positions and max_new_tokens > 0:
+        if not truncate:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens and fills the model's context of {max_positions} positions, so nothing"
+                " can be generated; shorten the prompt or pass --truncate-prompt to keep only its last tokens"
+            )
+        keep = max(1, max_positions - max_new_tokens)
+        print(f"slmlab generate: warning: prompt left-truncated from {len(ids)} to its last {keep} tokens"
+              f" (context {max_positions})", file=sys.stderr)
+        ids = ids[-keep:]
+    room = max_positions - len(ids)
+    if max_new_tokens > room:
+        print(f"slmlab generate: note: --max-new-tokens {max_new_tokens} capped at {max(room, 0)} by the model's context"
+              f" of {max_positions} positions (prompt: {len(ids)} tokens)", file=sys.stderr)
+    return ids, max(0, min(max_new_tokens, room))

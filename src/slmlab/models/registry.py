@@ -6,8 +6,12 @@ nothing else in the code base special-cases a family by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import inspect
+import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
@@ -43,8 +47,72 @@ class Family:
         """A config from a preset (default: the class defaults) plus keyword overrides."""
         if preset is not None and preset not in self.presets:
             raise ValueError(f"unknown preset {preset!r} for family {self.name!r}; known: {sorted(self.presets)}")
+        check_config_keys(self.config_class, overrides, f"{self.name} config")
         kwargs = {**(self.presets.get(preset, {}) if preset else {}), **overrides}
         return self.config_class(**kwargs)
+
+
+# Keys transformers itself writes into (or reads from) any config.json besides the model's own fields.
+_TRANSFORMERS_KEYS = frozenset({
+    "architectures", "auto_map", "transformers_version", "model_type", "torch_dtype", "dtype", "_name_or_path",
+    "_commit_hash", "_attn_implementation", "attn_implementation", "name_or_path", "use_cache", "tie_word_embeddings",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "return_dict",
+    "output_hidden_states", "output_attentions", "torchscript", "id2label", "label2id", "num_labels", "problem_type",
+    "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "add_cross_attention", "tokenizer_class",
+    "prefix", "task_specific_params", "finetuning_task", "cross_attention_hidden_size", "tf_legacy_loss",
+    "use_bfloat16", "pruned_heads", "layer_types", "rope_scaling", "rope_parameters",
+})
+
+
+def config_keys(config_class: type[PretrainedConfig]) -> frozenset[str]:
+    """Every key ``config_class`` accepts: its constructor's parameters, the fields its defaults
+    serialise, its ``attribute_map`` aliases (``hidden_size`` for Lumen's ``hidden_dim``) and the
+    keys transformers writes into any ``config.json``."""
+    keys = set(_TRANSFORMERS_KEYS) | set(config_class.attribute_map)
+    for cls in config_class.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            params = inspect.signature(init).parameters.values()
+            keys |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
+    keys |= set(config_class().to_dict())
+    return frozenset(keys)
+
+
+def check_config_keys(config_class: type[PretrainedConfig], keys: Iterable[str], what: str = "config") -> None:
+    """Raise ``ValueError`` for a key ``config_class`` does not know, listing close matches
+    (``hiden_dim`` -> ``hidden_dim``): a typo must never be stored silently as an unused attribute."""
+    known = config_keys(config_class)
+    unknown = [k for k in keys if k not in known]
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+        hints.append(f"{key!r}" + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""))
+    raise ValueError(
+        f"unknown {what} key(s): {'; '.join(hints)}; see `slmlab audit` or docs/ for the family's fields"
+    )
+
+
+def check_saved_model_type(folder: str | Path) -> Family:
+    """The slmlab family of a saved model folder, read from its ``config.json`` without running any
+    code: a folder whose ``model_type`` is not an slmlab family (e.g. one that ships its own
+    ``.py`` through ``auto_map``) is refused."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} does not exist; expected a saved slmlab model folder") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); the folder is damaged: save the model again") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    try:
+        return get_family(str(model_type))
+    except ValueError:
+        raise ValueError(
+            f"{path} has model_type {model_type!r}, which is not an slmlab family (known: {sorted(_FAMILIES)});"
+            " slmlab never runs code shipped in a model folder"
+        ) from None
 
 
 _FAMILIES: dict[str, Family] = {}

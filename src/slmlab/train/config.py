@@ -283,7 +283,8 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = (), base: d
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
-        loaded = yaml.safe_load(path.read_text()) or {}
+        with path.open(encoding="utf-8") as stream:  # a YAML error then names the file
+            loaded = yaml.safe_load(stream) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"config file {path} must hold a mapping, got {type(loaded).__name__}")
         tree = _merge(tree, loaded)

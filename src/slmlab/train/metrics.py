@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 
@@ -59,3 +60,26 @@ def read_metrics(path: Path, kind: str | None = None) -> list[dict]:
     """The records of a ``metrics.jsonl`` (optionally only one ``kind``)."""
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     return [r for r in rows if kind is None or r.get("kind") == kind]
+
+
+def trim_metrics(path: Path, step: int) -> int:
+    """Drop the records of ``metrics.jsonl`` past ``step`` (a resumed run rewrites them), atomically;
+    returns how many were dropped. A torn last line (a kill mid-write) is dropped too."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict) and int(record.get("step", 0)) <= step:
+            kept.append(line)
+        elif line.strip():
+            dropped += 1
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        os.replace(tmp, path)
+    return dropped

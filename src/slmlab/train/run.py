@@ -36,29 +36,71 @@ def open_source(cfg: RunConfig, tokenizer):
     return open_data(cfg.data, tokenizer, cfg.block_size, _cache_dir(cfg), cfg.data_errors, cfg.seed)
 
 
-def build_tokenizer(cfg: RunConfig, run_dir: Path, dist_info: DistInfo):
-    """The run's tokenizer: reloaded from ``run_dir/tokenizer`` when present (resume), else built
-    (BPE is trained on the corpus's training texts, by the main rank, then shared through disk)."""
+def fresh_tokenizer(cfg: RunConfig):
+    """The tokenizer ``cfg`` asks for, built now: ``byte``, a path, or a BPE trained on the corpus's
+    training texts (kept in the data cache, keyed by the vocabulary size and the texts, so every
+    rank of a torchrun job and every later run with the same settings gets the same tokenizer)."""
     from ..data import get_tokenizer
 
-    saved = run_dir / "tokenizer"
-    if not saved.is_dir():
-        if dist_info.is_main:
-            if cfg.tokenizer == "bpe":
-                byte = get_tokenizer("byte")
-                probe = open_source(cfg, byte)
-                if probe.is_synthetic:  # task-local ids: the tokenizer only labels them
-                    tok = byte
-                else:
-                    texts = list(probe.train_texts())
-                    if not texts:
-                        raise ValueError(f"data {cfg.data!r} yields no training texts to train a BPE tokenizer on")
-                    tok = get_tokenizer("bpe", texts=texts, vocab_size=cfg.vocab_size, cache_dir=_cache_dir(cfg))
-            else:
-                tok = get_tokenizer(cfg.tokenizer, vocab_size=cfg.vocab_size, cache_dir=_cache_dir(cfg))
-            tok.save_pretrained(str(saved))
-        barrier(dist_info)
-    return get_tokenizer(str(saved))
+    if cfg.tokenizer != "bpe":
+        return get_tokenizer(cfg.tokenizer, vocab_size=cfg.vocab_size, cache_dir=_cache_dir(cfg))
+    byte = get_tokenizer("byte")
+    probe = open_source(cfg, byte)
+    if probe.is_synthetic:  # task-local ids: the tokenizer only labels them
+        return byte
+    texts = list(probe.train_texts())
+    if not texts:
+        raise ValueError(f"data {cfg.data!r} yields no training texts to train a BPE tokenizer on")
+    return get_tokenizer("bpe", texts=texts, vocab_size=cfg.vocab_size, cache_dir=_cache_dir(cfg))
+
+
+def build_tokenizer(cfg: RunConfig, dist_info: DistInfo, origin: Path | None = None):
+    """The run's tokenizer. A model always runs with the tokenizer it was trained with: when
+    resuming or fine-tuning, ``origin`` (the checkpoint) holds it and it is loaded from there;
+    otherwise it is built (:func:`fresh_tokenizer`) by the main rank first, then by the others from
+    the cache. Nothing is written into the run folder: a checkpoint carries its tokenizer."""
+    from ..data import get_tokenizer
+
+    if origin is not None and (origin / "tokenizer.json").is_file():
+        return get_tokenizer(str(origin))
+    tok = fresh_tokenizer(cfg) if dist_info.is_main else None
+    barrier(dist_info)
+    return tok if tok is not None else fresh_tokenizer(cfg)
+
+
+def saved_run_config(ckpt: Path) -> dict:
+    """A checkpoint's ``run.yaml`` as a dict (empty when it has none); malformed YAML names the file."""
+    import yaml
+
+    path = ckpt / "run.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        with path.open(encoding="utf-8") as stream:  # a YAML error then names the file
+            saved = yaml.safe_load(stream)
+    except yaml.YAMLError as err:
+        raise ValueError(f"malformed YAML in {path} ({err}); fix the file's syntax or use an earlier checkpoint") from None
+    return saved if isinstance(saved, dict) else {}
+
+
+def check_tokenizer_request(cfg: RunConfig, ckpt: Path, given: frozenset[str]) -> None:
+    """Fine-tuning ``ckpt`` reuses its tokenizer: an explicit ``tokenizer=`` / ``vocab_size=`` that
+    disagrees with the checkpoint's is refused (it would re-map every token id)."""
+    if not (ckpt / "tokenizer.json").is_file():
+        return
+    saved = saved_run_config(ckpt)
+    for key in ("tokenizer", "vocab_size"):
+        if key not in given:
+            continue
+        want = getattr(cfg, key)
+        if key in saved and saved[key] == want:
+            continue
+        if key == "tokenizer" and Path(want).expanduser().resolve() in (ckpt.resolve(), (ckpt / "tokenizer.json").resolve()):
+            continue
+        raise ValueError(
+            f"{key}={want!r} conflicts with the tokenizer {ckpt} was trained with ({ckpt / 'tokenizer.json'}"
+            f"{f', {key}={saved[key]!r}' if key in saved else ''}); a model runs with its own tokenizer: drop {key}="
+        )
 
 
 def needed_vocab(source, tokenizer) -> int:
@@ -68,14 +110,32 @@ def needed_vocab(source, tokenizer) -> int:
     return max(len(tokenizer), int(source.min_vocab_size))
 
 
-def build_model(cfg: RunConfig, vocab_size: int, seq_len: int):
-    """A fresh model from ``cfg.model`` (family / preset) or a saved model folder to fine-tune."""
+def load_saved_model(folder: str | Path):
+    """A saved slmlab model for fine-tuning or inference, loaded without running any code shipped
+    in the folder: its ``config.json`` must name an slmlab family (``trust_remote_code=False``)."""
     from transformers import AutoModelForCausalLM
 
+    from ..models.registry import check_saved_model_type
+    from .checkpoint import _quiet_hf_progress, check_checkpoint
+
+    ckpt = resolve_checkpoint(folder)
+    check_checkpoint(ckpt, need_trainer=False)
+    check_saved_model_type(ckpt)
+    with _quiet_hf_progress():
+        return AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32, trust_remote_code=False)
+
+
+def build_model(cfg: RunConfig, vocab_size: int, seq_len: int):
+    """A fresh model from ``cfg.model`` (family / preset) or a saved model folder to fine-tune."""
     from ..models.registry import resolve_model_spec
 
     if Path(cfg.model).is_dir():
-        model = AutoModelForCausalLM.from_pretrained(cfg.model)
+        if cfg.model_config:
+            raise ValueError(
+                f"model_config {sorted(cfg.model_config)} cannot change the saved model {cfg.model}; its config.json"
+                " fixes the architecture: drop model_config, or train a fresh model (model=<family>)"
+            )
+        model = load_saved_model(cfg.model)
         if model.config.vocab_size < vocab_size:
             raise ValueError(f"model {cfg.model} has vocab_size={model.config.vocab_size} < {vocab_size} needed by the data")
         return model
@@ -114,18 +174,31 @@ def prepare_for_training(model, seq_len: int) -> None:
         hook(seq_len)
 
 
-def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Trainer:
-    """Everything ``slmlab train`` builds, ready to ``train()``.
+def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow_change: tuple[str, ...] = (),
+                  given: frozenset[str] = frozenset()) -> Trainer:
+    """Everything ``slmlab train`` builds, ready to ``train()``. Prints one line saying whether the
+    run resumes (and from which checkpoint) or starts fresh.
 
     Args:
         cfg: the run config.
         resume: True = the run folder's newest checkpoint (fresh if it has none); a path = that run or
             checkpoint; None/False = a fresh run, refused if ``out_dir`` already holds checkpoints.
+        allow_change: resume-protected fields the user allows to differ from the checkpoint's
+            ``run.yaml`` (:mod:`slmlab.train.resume_check`).
+        given: the config keys the user set explicitly (a fine-tune refuses a conflicting tokenizer).
     """
+    from .checkpoint import check_checkpoint, remove_stale_temporaries
+    from .metrics import trim_metrics
+    from .resume_check import compare_for_resume
+
     device = resolve_device(cfg.device)
     dist_info = init_distributed(device)
     device = resolve_device(cfg.device, dist_info)
     run_dir = Path(cfg.out_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"out_dir {run_dir} is a file; choose a folder for the run")
+    if dist_info.is_main:
+        remove_stale_temporaries(run_dir / "checkpoints")
     ckpt = None
     existing = list_checkpoints(run_dir / "checkpoints")
     if resume is True:
@@ -137,7 +210,15 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Tr
             f"out_dir {run_dir} already holds checkpoints (newest: {existing[-1].name}); pass --resume to continue"
             " that run, or choose another out_dir"
         )
-    tokenizer = build_tokenizer(cfg, run_dir, dist_info)
+    changes: list[str] = []
+    origin = ckpt
+    if ckpt is not None:
+        check_checkpoint(ckpt)
+        changes = compare_for_resume(saved_run_config(ckpt), cfg.to_dict(), tuple(allow_change))
+    elif Path(cfg.model).is_dir():  # fine-tuning a saved model: its tokenizer comes with it
+        origin = resolve_checkpoint(cfg.model)
+        check_tokenizer_request(cfg, origin, given)
+    tokenizer = build_tokenizer(cfg, dist_info, origin)
     source = open_source(cfg, tokenizer)
     first = next(iter(source.eval_batches("validation", 1, 1)))
     seq_len = first["input_ids"].shape[1]
@@ -147,6 +228,16 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None) -> Tr
     trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
     if ckpt is not None:
         trainer.resume(ckpt)
+    if dist_info.is_main:
+        dropped = trim_metrics(run_dir / "metrics.jsonl", trainer.state.step)
+        if ckpt is not None:
+            print(f"slmlab train: resuming from step {trainer.state.step} (checkpoint {ckpt})")
+            for line in changes:
+                print(f"slmlab train: changed on resume: {line}")
+        else:
+            print(f"slmlab train: no checkpoint in {run_dir / 'checkpoints'}; starting fresh")
+        if dropped:
+            print(f"slmlab train: dropped {dropped} metrics.jsonl records past step {trainer.state.step}")
     return trainer
 
 

@@ -1,0 +1,76 @@
+"""One run, one folder: an exclusive lock on ``out_dir`` for the whole of ``slmlab train``.
+
+The lock is ``fcntl.flock`` on ``out_dir/.lock``; the operating system releases it when the
+process exits, however it exits (``kill -9`` included), so a stale lock never blocks a later run.
+The holder writes its pid into the file so that a refused second run can name it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LOCK_NAME = ".lock"
+
+
+class RunLocked(ValueError):
+    """Another process holds the run folder (the message names its pid)."""
+
+
+def prepare_run_dir(run_dir: Path) -> Path:
+    """Create ``run_dir`` (and parents); a path that exists as a file is an error saying so."""
+    run_dir = Path(run_dir)
+    for parent in (run_dir, *run_dir.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"out_dir {run_dir} cannot be created: {parent} is a file; choose another out_dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+class RunLock:
+    """Hold ``run_dir/.lock`` exclusively while the ``with`` block runs.
+
+    Args:
+        run_dir: the run folder (created if missing).
+        enabled: False makes the lock a no-op (non-main ranks of a torchrun job: rank 0 holds it).
+    Raises:
+        RunLocked: another live process holds the folder.
+    """
+
+    def __init__(self, run_dir: str | Path, enabled: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.enabled = enabled
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        if not self.enabled:
+            return self
+        import fcntl
+
+        path = prepare_run_dir(self.run_dir) / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RunLocked(
+                f"out_dir {self.run_dir} is in use by another slmlab train (pid {holder}); wait for it to finish,"
+                " stop it, or choose another out_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.fsync(fd)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
