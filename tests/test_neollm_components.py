@@ -328,3 +328,326 @@ def test_residual_flows_and_spelling_bee_are_positionwise():
     other[:, 4] = (other[:, 4] + 1) % 10
     d = (bee(e, ids) - bee(e, other)).abs().amax(-1)
     assert torch.all(d[:, :4] == 0) and torch.all(d[:, 5:] == 0)
+
+
+# == part 3a: LAUREL, AttnRes, StackMemory, LNS, GPAS, PolyNorm, embedding multipliers ==============
+from slmlab.models.neollm import PRESETS, NeoLLMConfig  # noqa: E402
+from slmlab.models.neollm.components import (  # noqa: E402
+    GPAS,
+    AttnResReadout,
+    AttnResResidual,
+    DepthAttention,
+    EmbeddingMultipliers,
+    LaurelResidual,
+    LayerFlow,
+    LayerNormScaling,
+    NormScaledFlow,
+    PolyNorm,
+    Readout,
+    StackMemory,
+    make_activation,
+)
+from slmlab.models.neollm.components.attn_res import block_of  # noqa: E402
+from slmlab.models.neollm.components.laurel import laurel_a_init  # noqa: E402
+
+FLOW_VARIANTS = {
+    "laurel-rw": dict(use_siamesenorm=False, use_laurel=True, use_laurel_rw=True),
+    "laurel-lr": dict(use_siamesenorm=False, use_laurel=True, use_laurel_lr=True, laurel_lr_rank=8),
+    "laurel-rw-lr": dict(use_siamesenorm=False, use_laurel=True, use_laurel_rw=True, use_laurel_lr=True, laurel_lr_rank=8),
+    "attnres-full": dict(use_siamesenorm=False, use_attn_res=True, attn_res_num_blocks=0),
+    "attnres-2": dict(use_siamesenorm=False, use_attn_res=True, attn_res_num_blocks=2),
+    "stackmemory": dict(use_siamesenorm=False, use_stack_memory=True),
+    "lns-gpas-siamese": dict(use_lns=True, use_gpas=True),
+    "lns-gpas-standard": dict(use_siamesenorm=False, use_lns=True, use_gpas=True),
+    "gpas-attnres": dict(use_siamesenorm=False, use_attn_res=True, use_gpas=True),
+}
+
+
+def flow_stack(**overrides):
+    """The per-layer flows and the read-out of a tiny config, with fixed position-wise sublayers."""
+    config = NeoLLMConfig(**{**PRESETS["neollm-tiny"], **overrides})
+    torch.manual_seed(0)
+    flows = nn.ModuleList(LayerFlow.from_config(config, i) for i in range(config.num_hidden_layers))
+    readout = Readout.from_config(config)
+    subs = nn.ModuleList(nn.Linear(config.hidden_size, config.hidden_size) for _ in range(2 * config.num_hidden_layers))
+    return config, flows, readout, subs
+
+
+def run_stack(flows, readout, subs, e):
+    state = readout.start(e)
+    for i, flow in enumerate(flows):
+        flow.add(state, torch.tanh(subs[2 * i](flow.attn_input(state))))
+        flow.add(state, subs[2 * i + 1](flow.mlp_input(state)))
+    return readout.hidden(state), readout.stream(state)
+
+
+@pytest.mark.parametrize("name", FLOW_VARIANTS)
+def test_new_flows_shape_gradients_and_positionwise(name):
+    config, flows, readout, subs = flow_stack(**FLOW_VARIANTS[name])
+    with torch.no_grad():  # move the zero inits (LAUREL B, AttnRes w, GPAS α) so every parameter is reachable
+        for p in [*flows.parameters(), *readout.parameters()]:
+            p.add_(0.1 * torch.randn_like(p))
+    e = torch.randn(2, 6, config.hidden_size)
+    h, stream = run_stack(flows, readout, subs, e)
+    assert h.shape == stream.shape == e.shape
+    (h.square().sum() + stream.sum()).backward()
+    assert_all_grads(flows[1:])
+    assert_all_grads(readout)
+    silent = [n for n, p in flows[0].named_parameters() if p.grad is None or not torch.any(p.grad != 0)]
+    assert all("attn_agg" in n for n in silent), silent  # layer 0 aggregates one source: weight 1, no gradient
+    moved = e.clone()
+    moved[:, 4] += 1.0
+    with torch.no_grad():
+        out, _ = run_stack(flows, readout, subs, moved)
+        d = (out - h).abs().amax(-1)
+    assert torch.all(d[:, :4] == 0) and torch.all(d[:, 5:] == 0) and torch.all(d[:, 4] > 0)
+
+
+def test_flow_choice_table():
+    kinds = {name: type(flow_stack(**over)[1][1]).__name__ for name, over in FLOW_VARIANTS.items()}
+    assert kinds["laurel-rw"] == "LaurelResidual" and kinds["attnres-2"] == "AttnResResidual"
+    assert kinds["stackmemory"] == "StackMemoryResidual" and kinds["lns-gpas-siamese"] == "NormScaledFlow"
+    assert type(flow_stack()[1][0]) is SiameseResidual  # no LNS/GPAS: the bare flow, state-dict keys unchanged
+    assert type(flow_stack(use_siamesenorm=False)[2]).__name__ == "PreNormReadout"
+    assert type(flow_stack(**FLOW_VARIANTS["attnres-2"])[2]) is AttnResReadout
+
+
+# -- LAUREL -----------------------------------------------------------------------------------------
+def test_laurel_a_init_and_lr_with_zero_b_is_the_plain_residual():
+    a = laurel_a_init(10, 4)
+    assert a.shape == (10, 4) and torch.all((a != 0).sum(1) == 1)
+    assert torch.allclose(a[7, 3], torch.tensor(1 / math.sqrt(40))) and a[7, 2] == 0
+    torch.manual_seed(0)
+    flow, plain = LaurelResidual(16, 1, rank=4, lr=True), PreNormResidual(16, 1)
+    h, f = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    for sub in (attn_input, mlp_input):
+        streams, u = sub(flow, (h,))
+        torch.testing.assert_close(u, sub(plain, (h,))[1], atol=0, rtol=0)
+        state = ResidualState(streams=streams, sublayer=0 if sub is attn_input else 1)
+        flow.add(state, f)
+        torch.testing.assert_close(state.streams[0], h + f, atol=ATOL, rtol=0)
+    assert n_params(flow) - n_params(plain) == 2 * 2 * 4 * 16
+
+
+def test_laurel_rw_and_rw_lr_formulas():
+    torch.manual_seed(0)
+    flow = LaurelResidual(16, 2, rank=4, rw=True, lr=True)
+    with torch.no_grad():
+        for combine in flow.laurel:
+            combine.low_rank.lr_b.normal_()
+            combine.weights.rw_logits.normal_()
+    h, f = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    for k in (0, 1):
+        c = flow.laurel[k]
+        alpha, beta = c.weights.rw_logits.softmax(0)
+        ref = alpha * f + beta * (h + (h @ c.low_rank.lr_a) @ c.low_rank.lr_b)
+        state = ResidualState(streams=(h,), sublayer=k)
+        flow.add(state, f)
+        torch.testing.assert_close(state.streams[0], ref, atol=ATOL, rtol=0)
+    rw = LaurelResidual(16, 0, rw=True)
+    state = ResidualState(streams=(h,))
+    rw.add(state, f)
+    torch.testing.assert_close(state.streams[0], 0.5 * (h + f), atol=ATOL, rtol=0)  # logits 0: α = β = ½
+    assert n_params(rw) - n_params(PreNormResidual(16, 0)) == 4
+
+
+# -- AttnRes ----------------------------------------------------------------------------------------
+def test_depth_attention_at_init_is_the_mean_and_formula():
+    agg = DepthAttention(8)
+    sources = [torch.randn(2, 3, 8) * (i + 1) for i in range(4)]
+    torch.testing.assert_close(agg(sources), torch.stack(sources).mean(0), atol=ATOL, rtol=0)
+    with torch.no_grad():
+        agg.query.normal_()
+        agg.key_weight.uniform_(0.5, 1.5)
+    logits = torch.stack([(rms(v) * agg.key_weight) @ agg.query for v in sources])
+    ref = (logits.softmax(0)[..., None] * torch.stack(sources)).sum(0)
+    torch.testing.assert_close(agg(sources), ref, atol=ATOL, rtol=0)
+    assert agg.query.dtype == agg.key_weight.dtype == torch.float32 and n_params(agg) == 16
+
+
+def tagged_run(num_blocks: int, layers: int = 5):
+    """Run AttnRes flows with one-hot tagged updates (channel 0 = e, attention of layer l = 1 + 2l,
+    MLP of layer l = 2 + 2l) and record, per aggregation, the channels present in each source."""
+    dim = 2 * layers + 1
+    flows = [AttnResResidual(dim, i, layers, num_blocks) for i in range(layers)]
+    readout = AttnResReadout(dim)
+    log = []
+
+    def record(module, args):
+        log.append([{int(c) for c in torch.nonzero(s[0, 0]).flatten()} for s in args[0]])
+
+    for m in [*flows, readout]:
+        for agg in m.modules():
+            if isinstance(agg, DepthAttention):
+                agg.register_forward_pre_hook(record)
+    eye = torch.eye(dim)[:, None, None, :]  # [dim, 1, 1, dim]
+    state = readout.start(eye[0])
+    for i, flow in enumerate(flows):
+        flow.attn_input(state)
+        flow.add(state, eye[1 + 2 * i])
+        flow.mlp_input(state)
+        flow.add(state, eye[2 + 2 * i])
+    readout.hidden(state)
+    return log, state
+
+
+def test_attn_res_block_bookkeeping_by_hand():
+    r = lambda a, b: set(range(a, b + 1))  # noqa: E731
+    log, state = tagged_run(num_blocks=2)  # L = 5, N = 2: blocks of 2 layers, the last takes 3 (l = 2, 3, 4)
+    assert log == [
+        [{0}], [{0}, {1}],                                      # layer 0: attention, MLP
+        [{0}, r(1, 2)], [{0}, r(1, 3)],                         # layer 1
+        [{0}, r(1, 4)], [{0}, r(1, 4), {5}],                    # layer 2 closes block 0
+        [{0}, r(1, 4), r(5, 6)], [{0}, r(1, 4), r(5, 7)],       # layer 3
+        [{0}, r(1, 4), r(5, 8)], [{0}, r(1, 4), r(5, 9)],       # layer 4
+        [{0}, r(1, 4), r(5, 10)],                               # read-out
+    ]
+    log, state = tagged_run(num_blocks=0)  # full AttnRes: every layer is a block, L + 1 sources at the read-out
+    assert log[2] == [{0}, {1, 2}] and log[3] == [{0}, {1, 2}, {3}]
+    assert log[-1] == [{0}, {1, 2}, {3, 4}, {5, 6}, {7, 8}, {9, 10}]
+    assert len(state.sources) == 5 and len(state.streams) == 1
+    assert [block_of(i, 3, 7) for i in range(3)] == [block_of(i, 3, 3) for i in range(3)] == [0, 1, 2]  # N > L acts as N = L
+    assert [block_of(i, 12, 4) for i in range(12)] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+
+
+def test_attn_res_readout_stream_is_the_plain_residual_sum():
+    _, state = tagged_run(num_blocks=2)
+    torch.testing.assert_close(AttnResReadout(11).stream(state), torch.ones(1, 1, 11), atol=0, rtol=0)
+
+
+# -- StackMemory ------------------------------------------------------------------------------------
+def forced(sm: StackMemory, action: int, h: torch.Tensor) -> StackMemory:
+    """Action logits forced to one action: rows ``head·3 + action`` read channel 0 with weight 1e4."""
+    with torch.no_grad():
+        sm.action_proj.weight.zero_()
+        sm.action_proj.weight[action::3, 0] = 1e4
+        h[..., 0] = 1.0
+    return sm
+
+
+def test_stack_memory_push_pop_noop_by_hand():
+    torch.manual_seed(0)
+    sm = StackMemory(16, 8, 2, 5)  # H = 2, d_s = 4, S = 5
+    h = torch.randn(2, 3, 16)
+    stack, mask = torch.randn(2, 3, 2, 5, 4), torch.tensor([1.0, 1.0, 0.5, 0.0, 0.0]).expand(2, 3, 2, 5)
+    k = sm.down_proj(h).unflatten(-1, (2, 4))
+    new_s, new_m = sm.update(stack, mask, forced(sm, 0, h).actions(h), k)  # push
+    torch.testing.assert_close(new_s, torch.cat([k[..., None, :], stack[..., :-1, :]], -2), atol=0, rtol=0)
+    assert torch.equal(new_m[0, 0, 0], torch.tensor([1.0, 1.0, 1.0, 0.5, 0.0]))
+    new_s, new_m = sm.update(stack, mask, forced(sm, 1, h).actions(h), k)  # pop
+    torch.testing.assert_close(new_s[..., :-1, :], stack[..., 1:, :], atol=0, rtol=0)
+    assert torch.all(new_s[..., -1, :] == 0) and torch.equal(new_m[0, 0, 0], torch.tensor([1.0, 0.5, 0.0, 0.0, 0.0]))
+    new_s, new_m = sm.update(stack, mask, forced(sm, 2, h).actions(h), k)  # no-op
+    assert torch.equal(new_s, stack) and torch.equal(new_m, mask)
+
+
+def test_stack_memory_empty_slots_get_no_read_weight_and_formula():
+    torch.manual_seed(0)
+    sm = StackMemory(16, 8, 2, 5)
+    stack = torch.randn(2, 3, 2, 5, 4)
+    mask = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0]).expand(2, 3, 2, 5)
+    with torch.no_grad():
+        sm.gate.zero_()  # equal scores: an empty slot gets 1e-6 of a full slot's weight (the log(mask) floor)
+    w = sm.read_weights(stack, mask)
+    torch.testing.assert_close(w[..., 2:], 1e-6 * w[..., :1].expand(-1, -1, -1, 3), atol=1e-12, rtol=1e-5)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3, 2), atol=ATOL, rtol=0)
+    with torch.no_grad():
+        sm.gate.normal_()
+        sm.res_weight.fill_(0.7)
+    h = torch.randn(2, 3, 16)
+    out, s2, m2 = sm(h, stack, mask)
+    p = (sm.action_proj(h).unflatten(-1, (2, 3)) / 2.0).softmax(-1)  # temperature sqrt(d_s) = 2
+    ref_s, ref_m = sm.update(stack, mask, p, sm.down_proj(h).unflatten(-1, (2, 4)))
+    omega = (ref_s @ sm.gate + ref_m.clamp(min=1e-6).log()).softmax(-1)
+    r = (omega[..., None] * ref_s).sum(-2).flatten(-2)
+    torch.testing.assert_close(out, h + 0.7 * sm.up_proj(r), atol=ATOL, rtol=0)
+    torch.testing.assert_close(s2, ref_s, atol=ATOL, rtol=0)
+    assert n_params(StackMemory(512, 32, 4, 16)) == 38_921
+
+
+# -- LNS and GPAS -----------------------------------------------------------------------------------
+def test_lns_scales_inputs_without_parameters():
+    lns = LayerNormScaling(3)
+    u = torch.randn(2, 4, 8)
+    torch.testing.assert_close(lns(u), u / 2.0, atol=0, rtol=0)
+    assert n_params(lns) == 0 and not lns.state_dict() and lns(u.bfloat16()).dtype == torch.bfloat16
+    flow = NormScaledFlow(PreNormResidual(8, 3), lns, GPAS())
+    streams, got = attn_input(flow, (u,))
+    torch.testing.assert_close(got, rms(u) / 2.0, atol=ATOL, rtol=0)
+
+
+def test_gpas_identity_at_init_and_gradient_passes_unchanged():
+    gpas = GPAS()
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    g = torch.randn(2, 4, 8)
+    y = gpas(x, 1)
+    assert torch.equal(y, x)
+    y.backward(g)
+    assert torch.equal(x.grad, g)  # autograd: the stop-gradient keeps dy/dx = I
+    with torch.no_grad():
+        gpas.alpha.copy_(torch.tensor([0.3, -0.7]))
+    x.grad = None
+    gpas.alpha.grad = None
+    y = gpas(x, 1)
+    torch.testing.assert_close(y, (1 - torch.nn.functional.silu(torch.tensor(-0.7))) * x, atol=ATOL, rtol=0)
+    y.backward(g)
+    assert torch.equal(x.grad, g)
+    s = torch.sigmoid(torch.tensor(-0.7))
+    dsilu = s * (1 + -0.7 * (1 - s))
+    torch.testing.assert_close(gpas.alpha.grad, torch.tensor([0.0, float(-dsilu * (g * x.detach()).sum())]), atol=1e-4, rtol=1e-5)
+    assert n_params(gpas) == 2 and gpas.alpha.dtype == torch.float32
+
+
+def test_gpas_junctions_siamese_y_and_attnres_partial_sum():
+    torch.manual_seed(0)
+    gpas = GPAS()
+    with torch.no_grad():
+        gpas.alpha.fill_(1.0)
+    keep = 1 - torch.nn.functional.silu(torch.tensor(1.0))
+    flow = NormScaledFlow(SiameseResidual(8, 1), nn.Identity(), gpas)
+    x, y, a = torch.randn(3, 2, 4, 8)
+    state = ResidualState(streams=(x, y))
+    flow.attn_input(state)
+    bx = state.streams[0]
+    flow.add(state, a)
+    torch.testing.assert_close(state.streams[0], bx + a / 2.0, atol=ATOL, rtol=0)  # c_1 = sqrt(4)
+    torch.testing.assert_close(state.streams[1], keep * (y + a), atol=ATOL, rtol=0)
+    flow = NormScaledFlow(AttnResResidual(8, 0, 2, 0), nn.Identity(), gpas)
+    state = AttnResReadout(8).start(x)
+    flow.attn_input(state)
+    flow.add(state, a)
+    torch.testing.assert_close(state.streams[0], keep * a, atol=ATOL, rtol=0)
+    assert torch.equal(state.sources[0], x)
+
+
+# -- PolyNorm and embedding multipliers ---------------------------------------------------------------
+def test_polynorm_at_init_is_the_mean_of_normalised_powers():
+    act = make_activation("xielu", polynorm_exclusive=True, eps=1e-6)
+    assert isinstance(act, PolyNorm) and n_params(act) == 4
+    x = torch.randn(2, 5, 12)
+    ref = (rms(x) + rms(x * x) + rms(x**3)) / 3
+    torch.testing.assert_close(act(x), ref, atol=ATOL, rtol=0)
+    with torch.no_grad():
+        act.weight.copy_(torch.tensor([0.2, -0.5, 1.5]))
+        act.bias.fill_(0.25)
+    torch.testing.assert_close(act(x), 0.2 * rms(x) - 0.5 * rms(x * x) + 1.5 * rms(x**3) + 0.25, atol=1e-5, rtol=0)
+    act(x).sum().backward()
+    assert_all_grads(act)
+    assert act(x.bfloat16()).dtype == torch.bfloat16
+    mlp = NeoLLMMLP(16, 24, polynorm_exclusive=True, hidden_act="xielu")
+    assert isinstance(mlp.act_fn, PolyNorm)
+
+
+def test_embedding_multipliers_at_one_equal_the_lookup_and_formula():
+    torch.manual_seed(0)
+    emb, mult = nn.Embedding(10, 6), EmbeddingMultipliers(10, 6)
+    ids = torch.randint(0, 10, (2, 5))
+    assert torch.equal(mult(emb(ids), ids), emb(ids)) and n_params(mult) == 16
+    with torch.no_grad():
+        mult.row_multiplier.uniform_(0.5, 2)
+        mult.col_multiplier.uniform_(0.5, 2)
+    ref = mult.row_multiplier[ids][..., None] * emb.weight[ids] * mult.col_multiplier
+    out = mult(emb(ids), ids)
+    torch.testing.assert_close(out, ref, atol=ATOL, rtol=0)
+    out.sum().backward()
+    assert_all_grads(mult)

@@ -173,3 +173,25 @@ def test_config_json_written_by_the_seed_class_loads(tmp_path):
     assert cfg.mea_component_key_value_heads == 4  # the seed stored the resolved value
     for name in SEED_DEFAULTS:
         assert getattr(cfg, name) == payload[name], name
+
+
+# -- residual-side options (docs/neollm-residual.md) ----------------------------------------------
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(use_siamesenorm=False, use_laurel=True, use_laurel_lr=True, laurel_lr_rank=0), "laurel_lr_rank"),
+        (dict(use_siamesenorm=False, use_laurel=True, use_laurel_lr=True, laurel_lr_rank=513), "laurel_lr_rank"),
+        (dict(use_siamesenorm=False, use_attn_res=True, attn_res_num_blocks=-1), "attn_res_num_blocks"),
+    ],
+)
+def test_residual_option_values_are_validated(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        NeoLLMConfig(**overrides)
+
+
+def test_residual_option_edges_accepted_and_logged(caplog):
+    NeoLLMConfig(use_siamesenorm=False, use_laurel=True, use_laurel_lr=True, laurel_lr_rank=512)
+    NeoLLMConfig(use_siamesenorm=False, use_laurel=True, use_laurel_rw=True, laurel_lr_rank=0)  # LR off: rank unused
+    with caplog.at_level(logging.INFO, logger="slmlab.models.neollm.configuration_neollm"):
+        NeoLLMConfig(use_siamesenorm=False, use_attn_res=True, attn_res_num_blocks=20)
+    assert "behaves as 12" in caplog.text

@@ -10,6 +10,7 @@ from torch import nn
 
 from family_tester import ATOL, FamilyTester, decode_stepwise
 from slmlab.models.neollm import PRESETS, NeoLLMConfig, NeoLLMForCausalLM, audit_parameters
+from slmlab.models.neollm.components.laurel import laurel_a_init
 
 TINY = PRESETS["neollm-tiny"]
 
@@ -169,16 +170,8 @@ def test_standard_topology_has_no_siamese_modules():
 @pytest.mark.parametrize(
     "overrides",
     [
-        dict(use_siamesenorm=False, use_laurel=True, use_laurel_rw=True),
-        dict(use_siamesenorm=False, use_attn_res=True),
-        dict(use_siamesenorm=False, use_stack_memory=True),
-        dict(use_lns=True),
-        dict(use_gpas=True),
         dict(use_token_generator=True),
         dict(use_token_generator=True, use_jtokm=True),
-        dict(polynorm_exclusive=True),
-        dict(use_embedding_multipliers=True),
-        dict(use_mea_attention=True),
     ],
 )
 def test_unbuilt_options_raise_not_implemented(overrides):
@@ -208,3 +201,103 @@ def test_byte_tokenizer_table_and_text_generation_pipeline():
     assert int((lengths == 1).sum()) == len(tok) - len(tok.all_special_ids)
     out = pipeline("text-generation", model=model, tokenizer=tok)("To be", max_new_tokens=4, do_sample=False)
     assert out[0]["generated_text"].startswith("To be")
+
+
+# -- residual flows, LNS, GPAS, PolyNorm, embedding multipliers (docs/neollm-residual.md) -------------
+RESIDUAL_VARIANTS = {
+    "laurel-rw": dict(use_siamesenorm=False, use_laurel=True, use_laurel_rw=True),
+    "laurel-lr": dict(use_siamesenorm=False, use_laurel=True, use_laurel_lr=True, laurel_lr_rank=8),
+    "laurel-rw-lr": dict(use_siamesenorm=False, use_laurel=True, use_laurel_rw=True, use_laurel_lr=True, laurel_lr_rank=8),
+    "attnres-full": dict(use_siamesenorm=False, use_attn_res=True, attn_res_num_blocks=0),
+    "attnres-2": dict(use_siamesenorm=False, use_attn_res=True, attn_res_num_blocks=2),
+    "stackmemory": dict(use_siamesenorm=False, use_stack_memory=True, stack_d_model=16, num_mem_heads=2, stack_slots=4),
+    "lns-gpas-siamese": dict(use_lns=True, use_gpas=True),
+    "lns-gpas-standard": dict(use_siamesenorm=False, use_lns=True, use_gpas=True),
+    "polynorm": dict(polynorm_exclusive=True),
+    "embedding-multipliers": dict(use_embedding_multipliers=True),
+}
+
+
+def perturbed(model: NeoLLMForCausalLM) -> NeoLLMForCausalLM:
+    """Move every parameter off its init (zero-init branches, unit multipliers) so the checks see the
+    trained function, not an identity."""
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return model
+
+
+@pytest.mark.parametrize("name", RESIDUAL_VARIANTS)
+def test_residual_variants_decode_equals_prefill_left_padded(name):
+    from family_tester import left_pad
+
+    model = perturbed(tiny_model(**RESIDUAL_VARIANTS[name]))
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randint(1, model.config.vocab_size, (n,), generator=g) for n in (10, 7)]
+    ids, mask = left_pad(rows)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        step = decode_stepwise(model, ids, mask, prefill=4)
+        alone = model(input_ids=rows[1][None]).logits[0]
+    real = mask.bool()
+    torch.testing.assert_close(step[real], out.logits[real], atol=ATOL, rtol=0)
+    torch.testing.assert_close(out.logits[1, -7:], alone, atol=ATOL, rtol=0)
+    assert len(out.hidden_states) == model.config.num_hidden_layers + 1
+    assert all(h.shape == (2, 10, model.config.hidden_size) for h in out.hidden_states)
+
+
+def test_embedding_multipliers_baked_equals_live_and_tied_head_has_none():
+    model = perturbed(tiny_model(use_embedding_multipliers=True))
+    ids = torch.randint(0, model.config.vocab_size, (2, 7))
+    with torch.no_grad():
+        live = model(input_ids=ids).logits
+        model.bake_inference_table(chunk_size=64)
+        torch.testing.assert_close(model(input_ids=ids).logits, live, atol=ATOL, rtol=0)
+        torch.testing.assert_close(decode_stepwise(model, ids, prefill=3), live, atol=ATOL, rtol=0)
+    tied = tiny_model(use_embedding_multipliers=True, tie_word_embeddings=True)
+    assert not any("embed_multipliers" in n for n, _ in tied.named_parameters())
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+
+
+def test_new_special_inits_survive_post_init_and_from_pretrained(tmp_path):
+    overrides = dict(use_siamesenorm=False, use_laurel=True, use_laurel_rw=True, use_laurel_lr=True, laurel_lr_rank=8,
+                     use_lns=True, use_gpas=True, polynorm_exclusive=True, use_embedding_multipliers=True)
+    for extra in (overrides, dict(use_siamesenorm=False, use_attn_res=True), dict(use_siamesenorm=False, use_stack_memory=True)):
+        model = tiny_model(**extra)
+        model.post_init()
+        for name, p in model.named_parameters():
+            if name.endswith(("lr_b", "rw_logits", "gpas.alpha", "agg.query", "act_fn.bias")):
+                assert torch.all(p == 0), name
+            elif name.endswith(("key_weight", "res_weight")) or "multiplier" in name:
+                assert torch.all(p == 1), name
+            elif name.endswith("act_fn.weight"):
+                assert torch.allclose(p, torch.full((3,), 1 / 3)), name
+            elif name.endswith("lr_a"):
+                assert torch.equal(p, laurel_a_init(*p.shape)), name
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01)
+        model.save_pretrained(tmp_path / "m")
+        loaded = NeoLLMForCausalLM.from_pretrained(tmp_path / "m").eval()
+        for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values(), strict=True):
+            assert torch.equal(a, b), f"{name} changed by from_pretrained"
+
+
+def test_optional_parameter_counts_match_the_spec():
+    def rows(**overrides):
+        with torch.device("meta"):
+            return audit_parameters(NeoLLMForCausalLM(NeoLLMConfig(**overrides)))
+
+    off = dict(use_siamesenorm=False)
+    assert rows(**off, use_laurel=True, use_laurel_lr=True)["residual: LAUREL (per layer)"] == 12 * 65_536
+    assert rows(**off, use_laurel=True, use_laurel_rw=True, use_laurel_lr=True)["residual: LAUREL (per layer)"] == 12 * 65_540
+    attn_res = rows(**off, use_attn_res=True)
+    assert attn_res["residual: AttnRes pseudo-queries (per layer)"] == 12 * 2_048
+    assert attn_res["residual: AttnRes pseudo-queries (read-out)"] == 1_024
+    assert rows(**off, use_stack_memory=True)["residual: StackMemory (per layer)"] == 12 * 38_921
+    both = rows(use_lns=True, use_gpas=True)
+    assert both["residual: GPAS gates (per layer)"] == 24 and both["Total"] == 113_131_288 + 24  # LNS: 0
+    poly = rows(polynorm_exclusive=True)
+    assert poly["mlp: PolyNorm"] == 12 * 4 and poly["Total"] == 113_131_288 - 24 + 48
+    assert rows(use_embedding_multipliers=True)["embedding multipliers (rho, kappa)"] == 64402 + 512

@@ -28,7 +28,7 @@ from transformers import initialization as init
 
 from ...layers import ModelCache
 from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel, validate_embeds
-from .components import NeoLLMMLP, SiameseReadout, SiameseResidual, SpellingBee
+from .components import EmbeddingMultipliers, LayerFlow, NeoLLMMLP, Readout, SpellingBee
 from .components.attention import AttentionCore, NeoLLMAttention, training_window
 from .components.context import ForwardContext, ResidualState
 from .components.unbuilt import check_built
@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 class NeoLLMDecoderLayer(nn.Module):
-    """One decoder layer: residual flow (SiameseNorm or pre-norm), attention, dropout, MLP.
+    """One decoder layer: residual flow (SiameseNorm, pre-norm, LAUREL, AttnRes or StackMemory, with
+    optional LNS / GPAS; ``docs/neollm-residual.md``), attention, dropout, MLP.
 
     Args:
         config: the model config; ``layer_idx``: this layer's index ``l``.
@@ -50,7 +51,7 @@ class NeoLLMDecoderLayer(nn.Module):
 
     def __init__(self, config: NeoLLMConfig, layer_idx: int) -> None:
         super().__init__()
-        self.residual = SiameseResidual.from_config(config, layer_idx)
+        self.residual = LayerFlow.from_config(config, layer_idx)
         self.self_attn = NeoLLMAttention(config, layer_idx)
         self.dropout = nn.Dropout(config.dropout_rate)  # on the attention block output (docs/neollm.md#decisions)
         self.mlp = NeoLLMMLP.from_config(config, layer_idx)
@@ -121,9 +122,10 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         super().__init__(config)
         check_built(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_multipliers = EmbeddingMultipliers.from_config(config)
         self.spelling_bee = SpellingBee.from_config(config)
         self.layers = nn.ModuleList(NeoLLMDecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.readout = SiameseReadout.from_config(config)
+        self.readout = Readout.from_config(config)
         self.register_buffer("baked_embeddings", None, persistent=False)
         self._baked_version = -1
         self.post_init()
@@ -144,10 +146,14 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         return getattr(self.spelling_bee, "table_version", 0)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """``e = SpellingBee(W_E[ids], ids)``, or one lookup in the baked table (eval only)."""
+        """``e = SpellingBee(ρ_ids·(W_E[ids] ⊙ κ), ids)`` (the multipliers only when built), or one
+        lookup in the baked table (eval only)."""
         if self.baked_embeddings is not None and not self.training and self._baked_version == self._table_version():
             return self.baked_embeddings[input_ids]
-        return self.spelling_bee(self.embed_tokens(input_ids), input_ids)
+        return self._embed_live(input_ids)
+
+    def _embed_live(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.spelling_bee(self.embed_multipliers(self.embed_tokens(input_ids), input_ids), input_ids)
 
     @torch.no_grad()
     def bake_inference_table(self, chunk_size: int = 4096) -> torch.Tensor:
@@ -157,7 +163,7 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         rows = []
         for start in range(0, self.config.vocab_size, chunk_size):
             ids = torch.arange(start, min(start + chunk_size, self.config.vocab_size), device=self.embed_tokens.weight.device)
-            rows.append(self.spelling_bee(self.embed_tokens(ids[None]), ids[None])[0])
+            rows.append(self._embed_live(ids[None])[0])
         self.baked_embeddings = torch.cat(rows)
         self._baked_version = self._table_version()
         return self.baked_embeddings
@@ -188,7 +194,8 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         state = self.readout.start(inputs.embeds)
         for i, layer in enumerate(self.layers):
             layer(state, ctx, inputs.state(i))
-            inputs.record(state.streams[-1])
+            if inputs.hidden_states is not None:  # the flow's residual stream, computed only when asked for
+                inputs.record(self.readout.stream(state))
         return self.readout.hidden(state)
 
 
@@ -209,6 +216,11 @@ _ATTENTION_LABELS = {
     "collapse": "IHA collapse",
     "positions": "REPO / GRAPE",
     "value_residual": "FAN value residual",
+    "mea": "MEA head mix (W_K, W_V)",
+    "head_norm": "MEA head RMSNorm",
+    "goat": "REPO-GOAT prior",
+    "affine": "affine-scaled alpha",
+    "routing": "directional routing",
 }
 
 
@@ -219,10 +231,27 @@ def _attention_part(name: str, hadamard: bool) -> str:
     return f"attention: {label}" + (" multipliers" if "multiplier" in name else "")
 
 
-def _mlp_part(name: str) -> str:
+def _mlp_part(name: str, polynorm: bool) -> str:
     part = name.split(".mlp.", 1)[1].split(".")[0]
-    labels = {"fan": "FAN_ffn", "act_fn": "xIELU"}
+    labels = {"fan": "FAN_ffn", "act_fn": "PolyNorm" if polynorm else "xIELU"}
     return f"mlp: {labels.get(part, part)}" + (" multipliers" if "multiplier" in name else "")
+
+
+_RESIDUAL_LABELS = {
+    ".laurel.": "LAUREL (per layer)",
+    "_agg.": "AttnRes pseudo-queries (per layer)",
+    "readout.agg.": "AttnRes pseudo-queries (read-out)",
+    ".stack_memory.": "StackMemory (per layer)",
+    ".gpas.": "GPAS gates (per layer)",
+}
+
+
+def _residual_part(name: str) -> str:
+    """``layers.N.residual....`` / ``readout....`` -> a readable residual-side label."""
+    for key, label in _RESIDUAL_LABELS.items():
+        if key in name:
+            return f"residual: {label}"
+    return "SiameseNorm / norms (read-out)" if "readout" in name else "SiameseNorm / norms (per layer)"
 
 
 def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
@@ -238,12 +267,13 @@ def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
         if ".self_attn." in name:
             key, side = _attention_part(name, model.config.use_hadamard_o_proj), "Attention total"
         elif ".mlp." in name:
-            key, side = _mlp_part(name), "MLP total"
+            key, side = _mlp_part(name, model.config.polynorm_exclusive), "MLP total"
         elif ".residual." in name or name.startswith("model.readout."):
-            key = "SiameseNorm / norms (read-out)" if "readout" in name else "SiameseNorm / norms (per layer)"
-            side = "SiameseNorm / residual norms total"
+            key, side = _residual_part(name), "SiameseNorm / residual norms total"
         elif name.startswith("model.embed_tokens."):
             key, side = "embedding table W_E" + (" (tied with lm_head)" if model.config.tie_word_embeddings else ""), None
+        elif name.startswith("model.embed_multipliers."):
+            key, side = "embedding multipliers (rho, kappa)", None
         elif name.startswith("model.spelling_bee."):
             key, side = "Spelling Bee byte table", None
         elif name.startswith("lm_head."):
@@ -255,7 +285,7 @@ def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
             sides[side] += p.numel()
     total = sum(rows.values())
     big = sum(v for k, v in rows.items() if k.startswith(("embedding table", "lm_head")))
-    order = ("embedding", "Spelling", "attention", "mlp", "SiameseNorm", "lm_head")
+    order = ("embedding", "Spelling", "attention", "mlp", "SiameseNorm", "residual", "lm_head")
     rank = {k: next((i for i, p in enumerate(order) if k.startswith(p)), len(order)) for k in rows}
     rows = {k: rows[k] for k in sorted(rows, key=lambda k: rank[k])}  # stable: layer order inside a group
     rows.update(sides)

@@ -5,6 +5,11 @@ xIELU (Huang & Schlag, "Deriving Activation Functions Using Integration", arXiv 
 ``α_p = softplus(a_p)``, ``α_n = β + softplus(a_n)``, ``β = 0.5`` and ``ε = −1e-6`` fixed. Same formula
 as transformers' ``XIELUActivation`` (tested against it), but the two trainable scalars are created
 and evaluated in fp32 regardless of the model dtype (transformers' class defaults to bf16).
+
+PolyNorm (Zhuo et al., "Polynomial Composition Activations: Unleashing the Dynamics of Large Language
+Models", arXiv 2411.03884): ``w₁N(x) + w₂N(x²) + w₃N(x³) + b`` with ``N`` an RMS normalisation
+without affine; with ``polynorm_exclusive=True`` it is the only MLP nonlinearity (``hidden_act`` is
+then ignored by the MLP).
 """
 
 from __future__ import annotations
@@ -15,8 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
-
-from .unbuilt import refuse
 
 
 def _inverse_softplus(y: float) -> float:
@@ -62,16 +65,49 @@ class XIELU(nn.Module):
         return f"beta={self.beta}, eps={self.eps}"
 
 
-def make_activation(hidden_act: str, polynorm_exclusive: bool = False) -> nn.Module:
-    """The MLP gate activation: a fresh :class:`XIELU` per call for ``"xielu"``, otherwise the
-    transformers activation of that name.
+class PolyNorm(nn.Module):
+    """``w₁N(x) + w₂N(x²) + w₃N(x³) + b`` with ``N(t) = t / sqrt(mean(t²) + ε)`` over the last axis;
+    ``w = (⅓, ⅓, ⅓)`` and ``b = 0`` trainable fp32 (4 parameters); powers computed in fp32.
+
+    Args:
+        eps: ``ε`` (``rms_norm_eps``).
+    Shapes:
+        x ``[..., I]`` -> same shape and dtype.
+    """
+
+    def __init__(self, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = float(eps)
+        self.weight = nn.Parameter(torch.full((3,), 1.0 / 3.0, dtype=torch.float32))
+        self.bias = nn.Parameter(torch.zeros(1, dtype=torch.float32))
+
+    def reset_parameters_with(self, init_module) -> None:
+        init_module.constant_(self.weight, 1.0 / 3.0)
+        init_module.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype, x = x.dtype, x.float()
+        powers = torch.stack([x, x * x, x * x * x])
+        normed = F.rms_norm(powers, powers.shape[-1:], eps=self.eps)
+        out = torch.einsum("k,k...->...", self.weight.float(), normed) + self.bias.float()
+        return out.to(dtype)
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+def make_activation(hidden_act: str, polynorm_exclusive: bool = False, eps: float = 1e-6) -> nn.Module:
+    """The MLP gate activation: :class:`PolyNorm` when ``polynorm_exclusive`` (``hidden_act`` is then
+    ignored), a fresh :class:`XIELU` per call for ``"xielu"``, otherwise the transformers activation
+    of that name.
 
     Args:
         hidden_act: ``config.hidden_act``.
-        polynorm_exclusive: PolyNorm as the exclusive nonlinearity (not built: ``docs/neollm-residual.md#polynorm``).
+        polynorm_exclusive: PolyNorm as the exclusive nonlinearity (``docs/neollm-residual.md#polynorm``).
+        eps: PolyNorm's ``ε`` (``rms_norm_eps``).
     """
     if polynorm_exclusive:
-        refuse("polynorm_exclusive")
+        return PolyNorm(eps)
     if hidden_act == "xielu":
         return XIELU()
     if hidden_act not in ACT2FN:

@@ -53,14 +53,19 @@ class ResidualState:
         streams: residual streams, each ``[B, T, D]``: ``(x, y)`` under SiameseNorm, ``(h,)`` for the
             standard pre-norm topology. ``streams[-1]`` is what hidden-state outputs record.
         v0: layer 0's values ``[B, T, H_kv, D]`` for the value residual (None when it is off).
-        sources: AttnRes' per-block depth sources (empty until AttnRes is built).
-        stack: StackMemory's stack (None until StackMemory is built).
+        sources: AttnRes' completed depth sources, each ``[B, T, D]`` (the embedding first, then one
+            partial sum per closed block); empty for the other flows.
+        stack: StackMemory's ``(stack [B, T, H, S, d_s], mask [B, T, H, S])``, carried over depth;
+            None for the other flows.
+        sublayer: which sublayer's input was taken last (0 attention, 1 MLP); set by ``*_input`` of
+            the flows whose ``add`` treats the two sublayers differently (LAUREL, AttnRes, GPAS).
     """
 
     streams: tuple[torch.Tensor, ...]
     v0: torch.Tensor | None = None
     sources: list[torch.Tensor] = field(default_factory=list)
     stack: Any = None
+    sublayer: int = 0
 
 
 @runtime_checkable
@@ -81,11 +86,15 @@ class ResidualFlow(Protocol):
 @runtime_checkable
 class FlowEnds(Protocol):
     """The model-level half of a residual flow: ``start(e)`` builds the first state from the
-    embedding ``e [B, T, D]``; ``hidden(state)`` gives the final, normalised hidden state."""
+    embedding ``e [B, T, D]``; ``hidden(state)`` gives the final, normalised hidden state;
+    ``stream(state)`` gives the ``[B, T, D]`` residual stream recorded after each layer for
+    ``output_hidden_states`` (SiameseNorm's ``y``, the plain ``h``, AttnRes' sum of its sources)."""
 
     def start(self, e: torch.Tensor) -> ResidualState: ...
 
     def hidden(self, state: ResidualState) -> torch.Tensor: ...
+
+    def stream(self, state: ResidualState) -> torch.Tensor: ...
 
 
 __all__ = ["FlowEnds", "ForwardContext", "ResidualFlow", "ResidualState"]

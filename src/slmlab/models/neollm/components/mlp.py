@@ -26,7 +26,8 @@ class NeoLLMMLP(nn.Module):
         hidden_act: activation of the gate branch (``"xielu"``: a trainable fp32 xIELU per layer).
         dropout: ``dropout_rate``, applied to ``act(g) ⊙ v`` before ``down_proj`` (training only).
         use_multipliers: ``use_learnable_multipliers``.
-        polynorm_exclusive: PolyNorm instead of ``hidden_act`` (not built in part 1).
+        polynorm_exclusive: PolyNorm instead of ``hidden_act`` (``docs/neollm-residual.md#polynorm``).
+        eps: PolyNorm's ``ε``.
     Shapes:
         u ``[B, T, D]`` -> ``[B, T, D]``.
     """
@@ -40,6 +41,7 @@ class NeoLLMMLP(nn.Module):
         dropout: float = 0.0,
         use_multipliers: bool = True,
         polynorm_exclusive: bool = False,
+        eps: float = 1e-6,
     ) -> None:
         super().__init__()
         self.fan = make_fan(hidden_size, fan_ratio)
@@ -47,7 +49,7 @@ class NeoLLMMLP(nn.Module):
         self.gate_proj = multiplied_linear(width, intermediate_size, row=True, enabled=use_multipliers)
         self.up_proj = nn.Linear(width, intermediate_size, bias=False)
         self.down_proj = multiplied_linear(intermediate_size, hidden_size, row=True, col=True, enabled=use_multipliers)
-        self.act_fn = make_activation(hidden_act, polynorm_exclusive)
+        self.act_fn = make_activation(hidden_act, polynorm_exclusive, eps)
         self.dropout = nn.Dropout(dropout)
 
     @classmethod
@@ -60,6 +62,8 @@ class NeoLLMMLP(nn.Module):
             hidden_act=config.hidden_act,
             dropout=config.dropout_rate,
             use_multipliers=config.use_learnable_multipliers,
+            polynorm_exclusive=config.polynorm_exclusive,
+            eps=config.rms_norm_eps,
         )
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:

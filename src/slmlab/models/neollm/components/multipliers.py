@@ -6,6 +6,10 @@ ordinary init and weight decay while the learnable row/column scales ``r``/``c``
 kept in fp32 and out of weight decay) carry the layer's scale. At init the layer equals ``nn.Linear``
 with the same ``W``. Parameter names ``row_multiplier`` / ``col_multiplier`` let an optimiser group
 them apart.
+
+Embedding multipliers (same paper): ``e_tok(t) = ρ_t · (W_E[t] ⊙ κ)`` with a vocabulary-row scale
+``ρ ∈ R^V`` and a hidden-channel scale ``κ ∈ R^D``, both init 1; built only when
+``embedding_multipliers_active(config)`` (learnable multipliers on, no token generator, untied head).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .unbuilt import embedding_multipliers_active
 
 
 class RowMultipliedLinear(nn.Linear):
@@ -70,6 +76,44 @@ class RowColMultipliedLinear(RowMultipliedLinear):
         self.weight.mul_(self.col_multiplier.to(self.weight.dtype)[None, :])
         self.col_multiplier.fill_(1.0)
         super().fold_multipliers()
+
+
+class EmbeddingMultipliers(nn.Module):
+    """``(e_tok, ids) ↦ ρ[ids] · (e_tok ⊙ κ)`` with ``ρ ∈ R^V`` (``row_multiplier``) and ``κ ∈ R^D``
+    (``col_multiplier``), both init 1 (``V + D`` parameters).
+
+    Args:
+        vocab_size: ``V``; hidden_size: ``D``.
+    Shapes:
+        e_tok ``[B, T, D]``, ids ``[B, T]`` -> ``[B, T, D]``.
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.row_multiplier = nn.Parameter(torch.ones(vocab_size))
+        self.col_multiplier = nn.Parameter(torch.ones(hidden_size))
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int | None = None) -> nn.Module:
+        """The multipliers when ``embedding_multipliers_active(config)``, else :class:`NoEmbeddingMultipliers`."""
+        if not embedding_multipliers_active(config):
+            return NoEmbeddingMultipliers()
+        return cls(config.vocab_size, config.hidden_size)
+
+    def reset_parameters_with(self, init_module) -> None:
+        init_module.ones_(self.row_multiplier)
+        init_module.ones_(self.col_multiplier)
+
+    def forward(self, e_tok: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        rho = self.row_multiplier[ids].to(e_tok.dtype).unsqueeze(-1)
+        return rho * (e_tok * self.col_multiplier.to(e_tok.dtype))
+
+
+class NoEmbeddingMultipliers(nn.Module):
+    """Embedding multipliers off: ``e_tok`` passes through."""
+
+    def forward(self, e_tok: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return e_tok
 
 
 def multiplied_linear(

@@ -105,6 +105,8 @@ class SiameseResidual(nn.Module):
             (``docs/neollm-residual.md#siamesenorm``).
     """
 
+    junction = 1  # GPAS gates the unbounded stream y after each add (docs/neollm-residual.md#gpas)
+
     def __init__(
         self,
         dim: int,
@@ -163,6 +165,8 @@ class PreNormResidual(nn.Module):
         input_norm: ``use_embedding_input_norm``.
     """
 
+    junction = 0  # the index in ``state.streams`` of the stream GPAS gates after each add
+
     def __init__(self, dim: int, layer_idx: int, eps: float = 1e-6, input_norm: bool = True) -> None:
         super().__init__()
         self.attn_norm = nn.Identity() if (layer_idx == 0 and not input_norm) else RMSNorm(dim, eps)
@@ -208,6 +212,10 @@ class SiameseReadout(nn.Module):
         x, y = state.streams
         return self.norm(self.x_norm(x) + self.y_norm(y))
 
+    def stream(self, state: ResidualState) -> torch.Tensor:
+        """The unbounded stream ``y`` (what ``output_hidden_states`` records per layer)."""
+        return state.streams[1]
+
     def forward(self, state: ResidualState) -> torch.Tensor:
         return self.hidden(state)
 
@@ -224,6 +232,10 @@ class PreNormReadout(nn.Module):
 
     def hidden(self, state: ResidualState) -> torch.Tensor:
         return self.norm(state.streams[0])
+
+    def stream(self, state: ResidualState) -> torch.Tensor:
+        """The residual stream ``h``."""
+        return state.streams[0]
 
     def forward(self, state: ResidualState) -> torch.Tensor:
         return self.hidden(state)
