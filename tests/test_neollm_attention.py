@@ -13,7 +13,6 @@ import transformers.initialization as hf_init
 
 from slmlab.models.neollm.components import ForwardContext, ResidualState
 from slmlab.models.neollm.components.attention import (
-    UNBUILT_FLAGS,
     ExclusiveSelfAttention,
     HadamardOutput,
     IHACollapse,
@@ -81,8 +80,12 @@ def rotate_pairs(x, ang):
 
 
 def reference_block(a: NeoLLMAttention, cfg: NeoLLMConfig, x, pos, mask, window):
+    """The block written out from the maths, options included: MEA as an einsum plus the head norm,
+    GOAT as an explicit ``K(i, j)`` added to the scores, LUCID with a dense ``L`` and ``inv``, the
+    affine term as explicit ``α·A + β`` at visible keys, routing as the explicit sum."""
     b, t, d = x.shape
     h, hk, hd, p = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, a.pseudo_heads
+    hc = cfg.mea_component_key_value_heads if cfg.use_mea_attention else hk
     g = h // hk
     fan = a.fan
     per = x @ fan.periodic_proj.weight.T
@@ -90,19 +93,23 @@ def reference_block(a: NeoLLMAttention, cfg: NeoLLMConfig, x, pos, mask, window)
     qg = (xf @ a.q_proj.weight.T) * a.q_proj.row_multiplier
     qg = qg.view(b, t, h, 2 * hd)
     q, gate = qg[..., :hd], qg[..., hd:]
-    k = (xf @ a.k_proj.weight.T).view(b, t, hk, hd)
-    v = (xf @ a.v_proj.weight.T).view(b, t, hk, hd)
+    k = (xf @ a.k_proj.weight.T).view(b, t, hc, hd)
+    v = (xf @ a.v_proj.weight.T).view(b, t, hc, hd)
     if a.kind == "none":
         qs, ks, vs = q[:, :, :, None], k[:, :, :, None], v[:, :, :, None]
     else:
         qs = torch.einsum("hpg,btgd->bthpd", a.iha.q_mix, q)
         ks = torch.einsum("hpg,btgd->bthpd", a.iha.k_mix, k)
         vs = torch.einsum("hpg,btgd->bthpd", a.iha.v_mix, v)
+    if cfg.use_mea_attention:  # HLC: H_c component heads -> H_kv heads, in every slot
+        ks = torch.einsum("btcpd,ch->bthpd", ks, a.mea.k_mix)
+        vs = torch.einsum("btcpd,ch->bthpd", vs, a.mea.v_mix)
     r2 = cfg.rotary_dim // 2
     theta = 1.0 / (cfg.rope_theta ** (torch.arange(r2, dtype=torch.float64) * 2 / cfg.rotary_dim)).float()
     if cfg.is_repo_layer(a.layer_idx):
         c = a.positions.coords
-        z = (F.silu(x @ c.w_g.weight.T) * (x @ c.w_c.weight.T)) @ c.w_z.T  # [B,T,Hk]
+        rfeat = F.silu(x @ c.w_g.weight.T) * (x @ c.w_c.weight.T)
+        z = rfeat @ c.w_z.T  # [B,T,Hk]
         spec = theta[None] * (a.positions.spectrum.log_scale.exp() if cfg.use_repo_grape else 1.0)
         ang_k = z[..., None] * spec  # [B,T,Hk,r2]
         ang_q = ang_k[:, :, torch.arange(h) // g]
@@ -120,18 +127,58 @@ def reference_block(a: NeoLLMAttention, cfg: NeoLLMConfig, x, pos, mask, window)
     vis = (si <= ti)[None] & mask.bool()[:, None, :]
     if window is not None:
         vis = vis & (ti - si < window)[None]
+    prior = torch.zeros(b, hk, t, t)  # GOAT log-prior K(i, j) per KV group
+    if cfg.use_repo_goat_prior and cfg.is_repo_layer(a.layer_idx):
+        gp, nf = a.goat, cfg.repo_goat_num_frequencies
+        omega = cfg.rope_theta ** (-torch.arange(nf, dtype=torch.float32) / max(nf - 1, 1))
+        du = z[:, :, None, :] - z[:, None, :, :]  # [B, i, j, Hk]: u_i − u_j
+        rel = (gp.cos_weight * torch.cos(du[..., None] * omega) + gp.sin_weight * torch.sin(du[..., None] * omega)).sum(-1)
+        sink = gp.sink_weight * torch.exp(-pos.float() / cfg.repo_goat_sink_decay)[:, None, :, None]
+        key = torch.tanh(rfeat @ gp.key_bias.T)[:, None]  # [B, 1, j, Hk]
+        prior = (rel + sink + key).permute(0, 3, 1, 2)
+    if cfg.use_lucid_attention:  # V' = L^{-1} V per KV head and slot, dense L
+        strict = (si < ti)[None] & mask.bool()[:, None, :] & mask.bool()[:, :, None]
+        if window is not None:
+            strict = strict & (ti - si < window)[None]
+        vs = vs.clone()
+        for kv in range(hk):
+            for ps in range(p):
+                kc = ks[:, :, kv, ps]
+                kn = kc / (kc.pow(2).mean(-1, keepdim=True) + cfg.lucid_attention_eps).sqrt()
+                lmat = torch.exp(kn @ kn.transpose(1, 2) / math.sqrt(hd) - math.sqrt(hd)) * strict + torch.eye(t)
+                vs[:, :, kv, ps] = torch.linalg.inv(lmat) @ vs[:, :, kv, ps]
+    affine = cfg.use_affine_scaled_attention
+    if affine:
+        alpha = 2 * torch.sigmoid(x @ a.affine.proj.weight.T + a.affine.proj.bias)  # [B, T, H]
     out = torch.zeros(b, t, h, p, hd)
     for hh in range(h):
         kv = hh // g
         for pq in range(p):
             scores = torch.einsum("btd,bspd->btsp", qs[:, :, hh, pq], ks[:, :, kv]) / math.sqrt(hd)
+            scores = scores + prior[:, kv, :, :, None]
             scores = scores.masked_fill(~vis[..., None], float("-inf")).reshape(b, t, t * p)
             prob = scores.softmax(-1).nan_to_num(0.0)
+            if affine:
+                seen = vis[..., None].expand(b, t, t, p).reshape(b, t, t * p).float()
+                beta = (a.affine.alpha_ma[hh] - alpha[:, :, hh, None]) / seen.sum(-1, keepdim=True).clamp(min=1)
+                prob = alpha[:, :, hh, None] * prob + beta * seen
             out[:, :, hh, pq] = torch.einsum("bts,bsd->btd", prob, vs[:, :, kv].reshape(b, t * p, hd))
     o = torch.einsum("hgp,btgpd->bthd", a.collapse.collapse, out) if p > 1 else out[:, :, :, 0]
+    if cfg.use_mea_attention:
+        o = a.head_norm.weight * o / (o.pow(2).mean(-1, keepdim=True) + cfg.mea_groupnorm_eps).sqrt()
     if cfg.use_xsa:
-        vr = v[:, :, torch.arange(h) // g]
+        consumed = cfg.use_mea_attention or cfg.use_lucid_attention
+        vr = (vs.mean(3) if consumed else v)[:, :, torch.arange(h) // g]
         o = o - (o * vr).sum(-1, keepdim=True) / (vr.pow(2).sum(-1, keepdim=True) + cfg.xsa_eps) * vr
+    if cfg.use_directional_routing:
+        rt = a.routing
+        w = torch.sigmoid((x @ rt.router.weight.T + rt.router.bias) / cfg.directional_routing_temp)
+        w = w.view(b, t, h, cfg.directional_routing_k)
+        removed = torch.zeros_like(o)
+        for kk in range(cfg.directional_routing_k):
+            u = rt.directions[:, kk] / rt.directions[:, kk].norm(dim=-1, keepdim=True)  # [H, D]
+            removed = removed + w[..., kk, None] * (o * u).sum(-1, keepdim=True) * u
+        o = o - removed
     o = (o * torch.sigmoid(gate)).reshape(b, t, h * hd)
     return a.o_proj.alpha * (o @ sylvester(h * hd)) / math.sqrt(h * hd) + a.o_proj.beta
 
@@ -317,10 +364,10 @@ def test_repo_relative_law():
     with torch.no_grad():
         base = run(a, x, pos, None)[0]
         coords = a.positions.coords
-        orig = coords.forward
-        coords.forward = lambda inp: orig(inp) + 3.7
+        orig = coords.coordinates
+        coords.coordinates = lambda r: orig(r) + 3.7
         shifted = run(a, x, pos, None)[0]
-        coords.forward = orig
+        coords.coordinates = orig
     assert (base - shifted).abs().max() <= 1e-4
 
 
@@ -424,14 +471,6 @@ def test_value_residual_hook_and_decode():
     with pytest.raises(ValueError, match="need v0"):
         run(l1, x, pos, mask)
     assert NeoLLMAttention(tiny(use_fan_residual=True), 1).value_residual.value_residual_lambda.tolist() == [0.5, 0.5]
-
-
-@pytest.mark.parametrize("flag", sorted(UNBUILT_FLAGS))
-def test_unbuilt_options_refuse_at_construction(flag):
-    from slmlab.models.neollm import NeoLLMForCausalLM
-
-    with pytest.raises(NotImplementedError, match=f"{flag}.*NeoLLM part 2/3.*{UNBUILT_FLAGS[flag]}"):
-        NeoLLMForCausalLM(tiny(**{flag: True}))
 
 
 def test_rope_scaling():

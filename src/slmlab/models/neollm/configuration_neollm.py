@@ -196,6 +196,13 @@ class NeoLLMConfig(PretrainedConfig):
             )
         if use_repo_goat_prior:
             self._check_goat(head_dim, repo_goat_num_frequencies, repo_goat_sink_decay)
+        self._check_attention_options(
+            head_dim=head_dim, mea_component_key_value_heads=mea_component_key_value_heads,
+            affine_momentum=affine_momentum, use_directional_routing=use_directional_routing,
+            directional_routing_k=directional_routing_k, directional_routing_temp=directional_routing_temp,
+            eps={"mea_groupnorm_eps": (use_mea_attention, mea_groupnorm_eps),
+                 "lucid_attention_eps": (use_lucid_attention, lucid_attention_eps), "xsa_eps": (use_xsa, xsa_eps)},
+        )
         if use_iha:
             self._check_iha(iha_num_pseudo_heads, iha_local_global_pattern, iha_sliding_window)
         self._check_residual_flow(
@@ -385,6 +392,30 @@ class NeoLLMConfig(PretrainedConfig):
                 "repo_goat_num_frequencies=3 gives +8).",
                 extra, head_dim, head_dim + extra,
             )
+
+    @staticmethod
+    def _check_attention_options(
+        head_dim, mea_component_key_value_heads, affine_momentum, use_directional_routing, directional_routing_k,
+        directional_routing_temp, eps,
+    ) -> None:
+        """MEA heads, the affine EMA momentum, routing's K and τ, and the eps of every enabled option
+        (docs/neollm-attention.md#configuration)."""
+        if mea_component_key_value_heads is not None and int(mea_component_key_value_heads) < 1:
+            raise ValueError(
+                f"`mea_component_key_value_heads` must be >= 1 (or None for num_key_value_heads), "
+                f"got {mea_component_key_value_heads}."
+            )
+        if not 0.0 <= float(affine_momentum) < 1.0:
+            raise ValueError(f"`affine_momentum` must be in [0, 1), got {affine_momentum}.")
+        if use_directional_routing and not 1 <= int(directional_routing_k) < head_dim:
+            raise ValueError(
+                f"`directional_routing_k` must satisfy 1 <= k < head_dim={head_dim}, got {directional_routing_k}."
+            )
+        if use_directional_routing and not float(directional_routing_temp) > 0.0:
+            raise ValueError(f"`directional_routing_temp` must be > 0, got {directional_routing_temp}.")
+        for name, (enabled, value) in eps.items():
+            if enabled and not float(value) > 0.0:
+                raise ValueError(f"`{name}` must be > 0 when its option is on, got {value}.")
 
     @staticmethod
     def _check_iha(num_pseudo_heads: int, pattern: str, window) -> None:

@@ -13,11 +13,6 @@ RESIDUAL_DOC = "docs/neollm-residual.md"
 
 # flag -> the docs section that describes the mechanism it will build.
 UNBUILT: dict[str, str] = {
-    "use_mea_attention": f"{ATTENTION_DOC}#mea",
-    "use_lucid_attention": f"{ATTENTION_DOC}#lucid",
-    "use_affine_scaled_attention": f"{ATTENTION_DOC}#affine-scaled-softmax",
-    "use_directional_routing": f"{ATTENTION_DOC}#directional-routing",
-    "use_repo_goat_prior": f"{ATTENTION_DOC}#goat-prior",
     "use_token_generator": f"{RESIDUAL_DOC}#token-generator",
     "use_jtokm": f"{RESIDUAL_DOC}#jtok-m",
 }

@@ -59,9 +59,12 @@ class AttentionCore(nn.Module):
         attend: the attention function (an entry of ``ATTENTION_FUNCTIONS``).
         warn_on_freeze: log one warning the first time this core freezes an automatic window from a
             cache prefill (the model sets it on its first local layer only).
+        scale: score scale (``1/√D`` of the content channels, so appended GOAT prior channels add
+            their logit unscaled); None means ``1/√`` of q's width.
     Shapes:
-        q ``[B, T, H, P, D]``, k, v ``[B, T, H_kv, P, D]``, attention_mask ``[B, past + T]`` or None
-        -> o ``[B, T, H, P, D]``.
+        q ``[B, T, H, P, D']``, k ``[B, T, H_kv, P, D']``, v ``[B, T, H_kv, P, D]`` (``D' ≥ D`` with the
+        GOAT prior), attention_mask ``[B, past + T]`` or None, affine: :class:`~.affine.AffineTerms` or
+        None -> o ``[B, T, H, P, D]``.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class AttentionCore(nn.Module):
         dropout: float,
         attend: AttentionFunction = softmax_attention,
         warn_on_freeze: bool = False,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         self.pseudo_heads = pseudo_heads
@@ -80,6 +84,7 @@ class AttentionCore(nn.Module):
         self.dropout = float(dropout)
         self.attend = attend
         self.warn_on_freeze = warn_on_freeze
+        self.scale = scale
 
     @classmethod
     def from_config(cls, config, layer_idx: int) -> AttentionCore:
@@ -95,6 +100,7 @@ class AttentionCore(nn.Module):
             config.attention_dropout,
             attention_function_from_config(config, layer_idx),
             warn_on_freeze=layer_idx == first_local,
+            scale=config.head_dim**-0.5,
         )
 
     def resolve_window(self, q_len: int, state) -> int | None:
@@ -137,18 +143,19 @@ class AttentionCore(nn.Module):
         mask = mask.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)
         return AttentionBias(mask, False)
 
-    def forward(self, q, k, v, attention_mask=None, state=None):
-        b, t, h, p, d = q.shape
+    def forward(self, q, k, v, attention_mask=None, state=None, affine=None):
+        b, t, h, p, _ = q.shape
+        d = v.shape[-1]
         fresh = state is None or state.length == 0
         window = self.resolve_window(t, state)
         dropout = self.dropout if self.training else 0.0
         if window is not None and fresh and t > 2 * window:
             if state is not None:  # prefill: the cache still gets every key/value
-                state.update(*(x.permute(0, 2, 1, 3, 4).reshape(b, x.shape[2], t * p, d) for x in (k, v)))
+                state.update(*(x.permute(0, 2, 1, 3, 4).reshape(b, x.shape[2], t * p, x.shape[-1]) for x in (k, v)))
             mask = None if attention_mask is None else attention_mask[:, -t:]
-            return blocked_local_attention(q, k, v, mask, window, dropout, self.attend)
-        qs = q.permute(0, 2, 1, 3, 4).reshape(b, h, t * p, d)
-        ks = k.permute(0, 2, 1, 3, 4).reshape(b, k.shape[2], t * p, d)
+            return blocked_local_attention(q, k, v, mask, window, dropout, self.attend, self.scale, affine)
+        qs = q.permute(0, 2, 1, 3, 4).reshape(b, h, t * p, q.shape[-1])
+        ks = k.permute(0, 2, 1, 3, 4).reshape(b, k.shape[2], t * p, k.shape[-1])
         vs = v.permute(0, 2, 1, 3, 4).reshape(b, v.shape[2], t * p, d)
         if state is not None:
             ks, vs = state.update(ks, vs)
@@ -161,6 +168,9 @@ class AttentionCore(nn.Module):
         if window is not None and kv_len > t + window - 1:  # keys older than every query's window: skip them
             kv_len = t + window - 1
             ks, vs = ks[:, :, -kv_len * p :], vs[:, :, -kv_len * p :]
-        call = AttentionCall(self.bias(attention_mask, t, kv_len, window, q.device), dropout)
+        alpha, alpha_ma = (None, None) if affine is None else (affine.alpha, affine.alpha_ma)
+        if alpha is not None:  # [B, T, H] -> one α per pseudo-query row [B, H, T·P]
+            alpha = alpha.transpose(1, 2).repeat_interleave(p, dim=-1)
+        call = AttentionCall(self.bias(attention_mask, t, kv_len, window, q.device), dropout, self.scale, alpha, alpha_ma)
         out = self.attend(qs, ks, vs, call)
         return out.view(b, h, t, p, d).permute(0, 2, 1, 3, 4)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .mea import component_heads
+
 
 def _identity_mix(heads: int, slots: int) -> torch.Tensor:
     return torch.eye(heads)[:, None, :].expand(heads, slots, heads).clone()
@@ -36,12 +38,12 @@ class IHAMix(nn.Module):
 
     @classmethod
     def from_config(cls, config, layer_idx: int) -> nn.Module:
-        """Mixing into ``P_eff`` pseudo-heads on IHA layers, :class:`NoIHAMix` elsewhere."""
+        """Mixing into ``P_eff`` pseudo-heads on IHA layers (K/V over the ``H_c`` MEA component heads), :class:`NoIHAMix` elsewhere."""
         kind = config.iha_kind(layer_idx)
         if kind == "none":
             return NoIHAMix()
         p = config.iha_num_pseudo_heads if kind in ("local", "global") else 1
-        return cls(config.num_attention_heads, config.num_key_value_heads, p)
+        return cls(config.num_attention_heads, component_heads(config), p)
 
     def reset_parameters_with(self, init_module) -> None:
         for p in (self.q_mix, self.k_mix, self.v_mix):

@@ -28,6 +28,8 @@ def blocked_local_attention(
     window: int,
     dropout_p: float = 0.0,
     attend: AttentionFunction = softmax_attention,
+    scale: float | None = None,
+    affine=None,
 ) -> torch.Tensor:
     """Sliding-window attention of a fresh sequence (no cached keys), block by block.
 
@@ -37,18 +39,21 @@ def blocked_local_attention(
         window: ``W >= 1`` tokens.
         dropout_p: attention-probability dropout.
         attend: the attention function (an entry of ``ATTENTION_FUNCTIONS``).
+        scale: score scale passed to ``attend`` (None: ``1/√`` of q's width).
+        affine: :class:`~.affine.AffineTerms` (``alpha [B, T, H]``) or None; α is blocked like q.
     Returns:
         ``[B, T, H, P, D]``.
     """
-    b, t, h, p, d = q.shape
+    b, t, h, p, _ = q.shape
     hk = k.shape[2]
     c = window
     nb = -(-t // c)
     pad = nb * c - t
-    qb = F.pad(q, (0, 0, 0, 0, 0, 0, 0, pad)).view(b, nb, c, h, p, d)
-    qb = qb.permute(0, 1, 3, 2, 4, 5).reshape(b, nb, h, c * p, d)
+    qb = F.pad(q, (0, 0, 0, 0, 0, 0, 0, pad)).view(b, nb, c, h, p, q.shape[-1])
+    qb = qb.permute(0, 1, 3, 2, 4, 5).reshape(b, nb, h, c * p, q.shape[-1])
 
     def key_blocks(x: torch.Tensor) -> torch.Tensor:  # [B, T, Hk, P, D] -> [B, nb, Hk, 2C·P, D]
+        d = x.shape[-1]
         xb = F.pad(x, (0, 0, 0, 0, 0, 0, c, pad)).view(b, nb + 1, c, hk, p, d)
         xb = xb.permute(0, 1, 3, 2, 4, 5).reshape(b, nb + 1, hk, c * p, d)
         return torch.cat((xb[:, :-1], xb[:, 1:]), dim=3)
@@ -62,12 +67,19 @@ def blocked_local_attention(
     allowed = allowed | ~allowed.any(-1, keepdim=True)  # rows of padding that see nothing: keep SDPA finite
     allowed = allowed.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)
     # Blocks folded into the batch: 4-D inputs keep SDPA on its fused kernels.
-    call = AttentionCall(AttentionBias(allowed.reshape(b * nb, 1, c * p, 2 * c * p), False), dropout_p)
+    alpha, alpha_ma = (None, None) if affine is None else (affine.alpha, affine.alpha_ma)
+    if alpha is not None:  # [B, T, H] -> [B·nb, H, C·P], like the queries
+        alpha = F.pad(alpha, (0, 0, 0, pad), value=1.0).view(b, nb, c, h).permute(0, 1, 3, 2)
+        alpha = alpha.repeat_interleave(p, dim=-1).reshape(b * nb, h, c * p)
+    bias = AttentionBias(allowed.reshape(b * nb, 1, c * p, 2 * c * p), False)
+    call = AttentionCall(bias, dropout_p, scale, alpha, alpha_ma)
+    kb, vb = key_blocks(k), key_blocks(v)
     out = attend(
-        qb.reshape(b * nb, h, c * p, d),
-        key_blocks(k).reshape(b * nb, hk, 2 * c * p, d),
-        key_blocks(v).reshape(b * nb, hk, 2 * c * p, d),
+        qb.reshape(b * nb, h, c * p, q.shape[-1]),
+        kb.reshape(b * nb, hk, 2 * c * p, k.shape[-1]),
+        vb.reshape(b * nb, hk, 2 * c * p, v.shape[-1]),
         call,
     )
+    d = v.shape[-1]
     out = out.view(b, nb, h, c, p, d).permute(0, 1, 3, 2, 4, 5).reshape(b, nb * c, h, p, d)
     return out[:, :t]

@@ -30,7 +30,7 @@ class IntegerRoPE(nn.Module):
         scaling: rope attention scaling (1.0 without ``rope_scaling``).
     Shapes:
         x ``[B, T, d]`` (unused), position_ids ``[B, T]``, q ``[B, T, H, P, D]``, k ``[B, T, H_kv, P, D]``
-        -> rotated q, k (same shapes).
+        -> rotated q, k (same shapes) and ``None`` (no REPO coordinates on this layer).
     """
 
     def __init__(self, freqs: tuple[float, ...], scaling: float = 1.0) -> None:
@@ -42,7 +42,7 @@ class IntegerRoPE(nn.Module):
         angles = position_ids.to(torch.float32)[..., None] * self.table.get(q.device)  # [B, T, r/2]
         cos, sin = cos_sin(angles, self.scaling)
         cos, sin = cos[:, :, None, None], sin[:, :, None, None]
-        return rotate_channels(q, cos, sin), rotate_channels(k, cos, sin)
+        return rotate_channels(q, cos, sin), rotate_channels(k, cos, sin), None
 
 
 class RepoCoordinates(nn.Module):
@@ -54,7 +54,7 @@ class RepoCoordinates(nn.Module):
         num_kv_heads: one coordinate per KV head.
         init_std: truncated-normal std of ``W_g``, ``W_c`` and ``w_z`` (``z ≈ 0`` at init: NoPE-like).
     Shapes:
-        x ``[B, T, d]`` -> z ``[B, T, H_kv]`` in fp32.
+        x ``[B, T, d]`` -> z ``[B, T, H_kv]`` in fp32 (:meth:`features` also returns ``r [B, T, d_p]``).
     """
 
     def __init__(self, hidden_size: int, d_p: int, num_kv_heads: int, init_std: float) -> None:
@@ -74,10 +74,18 @@ class RepoCoordinates(nn.Module):
         for w in (self.w_g.weight, self.w_c.weight, self.w_z):
             init_module.trunc_normal_(w, mean=0.0, std=s, a=-2 * s, b=2 * s)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(r, z)``: the REPO features (read by the GOAT key-bias channel) and the coordinates."""
         xf = x.float()
         r = F.silu(F.linear(xf, self.w_g.weight.float())) * F.linear(xf, self.w_c.weight.float())
+        return r, self.coordinates(r)
+
+    def coordinates(self, r: torch.Tensor) -> torch.Tensor:
+        """``z = r · w_z`` per KV head."""
         return F.linear(r, self.w_z.float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)[1]
 
 
 class FixedSpectrum(nn.Module):
@@ -118,7 +126,7 @@ class RepoRotation(nn.Module):
         learned_spectrum: REPO-GRAPE (:class:`GrapeSpectrum`) instead of the fixed RoPE spectrum.
     Shapes:
         x ``[B, T, d]``, position_ids (unused), q ``[B, T, H, P, D]``, k ``[B, T, H_kv, P, D]``
-        -> rotated q, k.
+        -> rotated q, k and the coordinates ``(r, z)`` (the GOAT prior reads them).
     """
 
     def __init__(
@@ -157,10 +165,10 @@ class RepoRotation(nn.Module):
         )
 
     def forward(self, x, position_ids, q, k):
-        z = self.coords(x)  # [B, T, H_kv]
+        r, z = self.coords.features(x)  # [B, T, d_p], [B, T, H_kv]
         theta = self.spectrum(self.table.get(x.device))  # [H_kv or 1, r/2]
         cos, sin = cos_sin(z[..., None] * theta, self.scaling)  # [B, T, H_kv, r]
         cos_k, sin_k = cos[:, :, :, None], sin[:, :, :, None]
         cos_q = cos_k.repeat_interleave(self.groups, dim=2)
         sin_q = sin_k.repeat_interleave(self.groups, dim=2)
-        return rotate_channels(q, cos_q, sin_q), rotate_channels(k, cos_k, sin_k)
+        return rotate_channels(q, cos_q, sin_q), rotate_channels(k, cos_k, sin_k), (r, z)

@@ -1,8 +1,10 @@
-"""Exclusive Self Attention (Zhai, "Exclusive Self Attention", arXiv 2603.09078), docs/neollm-attention.md#momentum.
+"""Exclusive Self Attention (Zhai, "Exclusive Self Attention", arXiv 2603.09078), docs/neollm-attention.md#xsa.
 
 Each head's output loses its component along the token's own value:
-``z_{t,h} = y_{t,h} − (y_{t,h}·v_ref)/(‖v_ref‖² + ε) · v_ref`` with ``v_ref = v_raw[t, h // G]``,
-the ``v_proj`` output (after the FAN value-residual hook) while MEA and LUCID are off. fp32, no
+``z_{t,h} = y_{t,h} − (y_{t,h}·v_ref)/(‖v_ref‖² + ε) · v_ref``. The reference value ``v_ref[t, h // G]``
+is chosen at construction (:class:`RawValue` / :class:`ConsumedValue`): the ``v_proj`` output (after
+the FAN value-residual hook) while MEA and LUCID are off; with either on, the value the kernel
+consumed (post MEA mixing, post LUCID ``V′``), averaged over the IHA slots (our decision). fp32, no
 parameters, nothing cached.
 """
 
@@ -38,6 +40,25 @@ class ExclusiveSelfAttention(nn.Module):
         v = v_ref.float().unsqueeze(3)
         coef = (y * v).sum(-1, keepdim=True) / (v.pow(2).sum(-1, keepdim=True) + self.eps)
         return (y - coef * v).view(b, t, h, d).to(o.dtype)
+
+
+class RawValue(nn.Module):
+    """``v_ref`` = the post-hook ``v_proj`` output. Shapes: v ``[B, T, H_kv, D]``, consumed (unused) -> v."""
+
+    @classmethod
+    def from_config(cls, config, layer_idx: int) -> nn.Module:
+        """:class:`ConsumedValue` when MEA or LUCID changes the value the kernel reads, else the raw value."""
+        return ConsumedValue() if config.use_mea_attention or config.use_lucid_attention else cls()
+
+    def forward(self, v: torch.Tensor, consumed: torch.Tensor) -> torch.Tensor:
+        return v
+
+
+class ConsumedValue(nn.Module):
+    """``v_ref`` = the kernel's value averaged over slots. Shapes: consumed ``[B, T, H_kv, P, D]`` -> ``[B, T, H_kv, D]``."""
+
+    def forward(self, v: torch.Tensor, consumed: torch.Tensor) -> torch.Tensor:
+        return consumed.mean(3)
 
 
 class NoXSA(nn.Module):
