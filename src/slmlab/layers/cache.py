@@ -37,6 +37,18 @@ class LayerState:
     def crop(self, length: int) -> None:
         raise ValueError(f"{type(self).__name__} cannot be cropped (it summarises the whole past).")
 
+    def held_tensors(self) -> list[torch.Tensor]:
+        """The tensors this state holds, restricted to their filled part (what inference must keep)."""
+        return [getattr(self, name) for name in self._tensor_names()]
+
+    def numel(self) -> int:
+        """Floats held (the filled part; :class:`KVState` counts the seen positions, not its spare capacity)."""
+        return sum(t.numel() for t in self.held_tensors())
+
+    def nbytes(self) -> int:
+        """Bytes held (the filled part)."""
+        return sum(t.numel() * t.element_size() for t in self.held_tensors())
+
 
 class KVState(LayerState):
     """Keys and values ``[B, H_kv, S, D]`` of one attention layer.
@@ -69,6 +81,14 @@ class KVState(LayerState):
 
     def crop(self, length: int) -> None:
         self.length = min(self.length, max(length, 0))
+
+    def held_tensors(self) -> list[torch.Tensor]:
+        """The keys and values of the seen positions (not the spare capacity), plus any other tensor
+        a subclass keeps (e.g. a running state)."""
+        out = [getattr(self, n) for n in self._tensor_names() if n not in ("keys", "values")]
+        if self.keys is not None:
+            out += [self.keys[:, :, : self.length], self.values[:, :, : self.length]]
+        return out
 
 
 class ConvState(LayerState):
@@ -116,6 +136,15 @@ class ModelCache:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen_tokens
+
+    def state_floats(self) -> int:
+        """Numbers the cache holds after the tokens seen so far: the inference memory a model needs
+        besides its weights (``state_floats(T)`` of a benchmark run, after a prefill of ``T`` tokens)."""
+        return sum(state.numel() for state in self._all_states())
+
+    def nbytes(self) -> int:
+        """Bytes the cache holds (filled parts only; growing buffers' spare capacity is not counted)."""
+        return sum(state.nbytes() for state in self._all_states())
 
     def reorder_cache(self, beam_idx: torch.Tensor) -> None:
         for state in self._all_states():
