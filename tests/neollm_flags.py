@@ -47,6 +47,13 @@ FLAGS: dict[str, tuple] = {
     "attention_bias": (False, True),
     "dropout_rate": (0.0, 0.1),
     "attention_dropout": (0.0, 0.1),
+    # attention options (docs/neollm-attention.md): MEA with H_c == H_kv (None) or H_c = 1 != H_kv
+    "use_mea_attention": (False, True),
+    "mea_component_key_value_heads": (None, 1),
+    "use_lucid_attention": (False, True),
+    "use_affine_scaled_attention": (False, True),
+    "use_directional_routing": (False, True),
+    "use_repo_goat_prior": (False, True),
 }
 
 # The config's constraints between flags: (explanation, predicate that a valid row satisfies).
@@ -69,6 +76,10 @@ HAND_PICKED = {
     "siamese-plain": dict(siamese_normalized_input=False, siamese_depth_scaling=False),
     "no-mult-no-fan": dict(use_learnable_multipliers=False, fan_ratio=0.0, fan_ratio_ffn=0.0),
     "fan-residual": dict(use_spelling_bee_embeddings=False, use_fan_residual=True),
+    "attention-all-five": dict(use_mea_attention=True, mea_component_key_value_heads=1, use_lucid_attention=True,
+                               use_affine_scaled_attention=True, use_directional_routing=True,
+                               use_repo_goat_prior=True, use_fan_residual=True, attention_bias=True,
+                               iha_sliding_window=4),
 }
 
 

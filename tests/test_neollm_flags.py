@@ -4,11 +4,24 @@ parameter, and decodes == prefill on a left-padded batch (fp32, 1e-5)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 from family_tester import decode_stepwise, left_pad
-from neollm_flags import BASE, CONSTRAINTS, FLAGS, HAND_PICKED, all_pairs_rows, is_valid, pairs_of, required_pairs
+from neollm_flags import (
+    BASE,
+    CONSTRAINTS,
+    FLAGS,
+    HAND_PICKED,
+    NEVER_GRAD,
+    ZERO_GRAD_AT_INIT,
+    all_pairs_rows,
+    is_valid,
+    pairs_of,
+    required_pairs,
+)
 from slmlab.models.neollm import NeoLLMConfig, NeoLLMForCausalLM
 
 ATOL = 1e-5
@@ -47,8 +60,13 @@ def test_row_trains_one_step_and_decodes_like_prefill(name, row):
     assert torch.isfinite(loss), name
     loss.backward()
     silent = [n for n, p in model.named_parameters() if p.grad is None or not torch.any(p.grad != 0)]
-    assert not silent, f"{name}: no gradient for {silent}"
+    assert all(re.search(ZERO_GRAD_AT_INIT, n) for n in silent), f"{name}: no gradient for {silent}"
     opt.step()
+    if silent:  # zero-init partners have moved: now every parameter but the provably dead ones gets one
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        silent = [n for n, p in model.named_parameters() if p.grad is None or not torch.any(p.grad != 0)]
+        assert all(re.search(NEVER_GRAD, n) for n in silent), f"{name}: no gradient after a step for {silent}"
     model.eval()
     rows = [torch.randint(1, model.config.vocab_size, (n,), generator=g) for n in (9, 6)]
     ids, mask = left_pad(rows)
