@@ -54,6 +54,17 @@ FLAGS: dict[str, tuple] = {
     "use_affine_scaled_attention": (False, True),
     "use_directional_routing": (False, True),
     "use_repo_goat_prior": (False, True),
+    # residual side (docs/neollm-residual.md)
+    "use_laurel": (False, True),
+    "use_laurel_rw": (False, True),
+    "use_laurel_lr": (False, True),
+    "use_attn_res": (False, True),
+    "attn_res_num_blocks": (4, 0, 2),
+    "use_stack_memory": (False, True),
+    "use_lns": (False, True),
+    "use_gpas": (False, True),
+    "polynorm_exclusive": (False, True),
+    "use_embedding_multipliers": (False, True),
 }
 
 # The config's constraints between flags: (explanation, predicate that a valid row satisfies).
@@ -66,7 +77,19 @@ CONSTRAINTS = (
         "the rotated width int(head_dim * partial_rotary_factor) must be positive and even",
         lambda r: int(r["head_dim"] * r["partial_rotary_factor"]) % 2 == 0,
     ),
+    (
+        "at most one residual flow among use_laurel, use_attn_res, use_stack_memory, use_siamesenorm",
+        lambda r: sum(bool(r[f]) for f in ("use_laurel", "use_attn_res", "use_stack_memory", "use_siamesenorm")) <= 1,
+    ),
+    ("use_laurel needs use_laurel_rw or use_laurel_lr", lambda r: not r["use_laurel"] or r["use_laurel_rw"] or r["use_laurel_lr"]),
 )
+
+# Parameters whose gradient is exactly zero at init by construction (their partner starts at 0):
+# LAUREL's A while B = 0, AttnRes' key-norm weight while the pseudo-query w = 0. They get a gradient
+# after one optimiser step. Layer 0's attention-side AttnRes aggregator sees one source (weight 1)
+# and never gets a gradient.
+ZERO_GRAD_AT_INIT = r"\.lr_a$|agg\.key_weight$|layers\.0\.residual\.(flow\.)?attn_agg\."
+NEVER_GRAD = r"layers\.0\.residual\.(flow\.)?attn_agg\."
 
 # Hand-picked variants the earlier tests checked one by one; they are rows of the sweep.
 HAND_PICKED = {
@@ -80,6 +103,11 @@ HAND_PICKED = {
                                use_affine_scaled_attention=True, use_directional_routing=True,
                                use_repo_goat_prior=True, use_fan_residual=True, attention_bias=True,
                                iha_sliding_window=4),
+    "laurel-rw-lr-lns-gpas": dict(use_siamesenorm=False, use_laurel=True, use_laurel_rw=True, use_laurel_lr=True,
+                                  use_lns=True, use_gpas=True),
+    "attnres-full-gpas": dict(use_siamesenorm=False, use_attn_res=True, attn_res_num_blocks=0, use_gpas=True),
+    "stackmemory-polynorm": dict(use_siamesenorm=False, use_stack_memory=True, polynorm_exclusive=True),
+    "tied-embedding-multipliers": dict(tie_word_embeddings=True, use_embedding_multipliers=True),
 }
 
 
