@@ -5,8 +5,15 @@
    untied head), with their ratio (target: NeoLLM costs at most 2x the plain model).
 2. The cost of each default component: the default stack with that one component switched off;
    ``cost = t(default) / t(without it) - 1``.
-3. Generation tokens/s at a 512-token context: ``slmlab.generation`` through the cache vs recomputing
+3. ``--sections options``: each residual-side option's training step vs its anchor (targets in
+   ``RESIDUAL_OPTIONS``; run with ``--seq 256``).
+4. Generation tokens/s at a 512-token context: ``slmlab.generation`` through the cache vs recomputing
    the whole prefix for every new token (target: >= 5x).
+4. ``options``: the default stack with one attention option on vs the default stack, same batch
+   (targets in ``OPTIONS``; affine also on its eager path, LUCID also at ``--long`` tokens with peak
+   RSS), and cached generation with all five options on vs recomputing the prefix (target: >= 5x).
+
+    .venv/bin/python benchmarks/bench_neollm.py --sections options --vocab 8192 --seq 256 --threads 1 --clock cpu
 
     .venv/bin/python benchmarks/bench_neollm.py [--vocab 64402] [--batch 2] [--seq 128] [--sections train,components,generate]
     .venv/bin/python benchmarks/bench_neollm.py --vocab 8192 --threads 1 --clock cpu   # on a shared CPU box
@@ -45,6 +52,35 @@ TOGGLES = {
     "xIELU (vs SiLU)": dict(hidden_act="silu"),
     "dropout (both)": dict(dropout_rate=0.0, attention_dropout=0.0),
 }
+
+# Residual-side options: (option, its config, the anchor it is measured against, target ratio).
+# The flows need use_siamesenorm=False, so they are compared with the standard pre-norm topology.
+STANDARD = dict(use_siamesenorm=False)
+RESIDUAL_OPTIONS = [
+    ("LAUREL-RW", dict(STANDARD, use_laurel=True, use_laurel_rw=True), STANDARD, 1.02),
+    ("LAUREL-LR (r=32)", dict(STANDARD, use_laurel=True, use_laurel_lr=True), STANDARD, 1.08),
+    ("AttnRes block (N=4)", dict(STANDARD, use_attn_res=True), STANDARD, 1.10),
+    ("AttnRes full (N=0)", dict(STANDARD, use_attn_res=True, attn_res_num_blocks=0), STANDARD, 1.25),
+    ("StackMemory", dict(STANDARD, use_stack_memory=True), STANDARD, 1.15),
+    ("LNS", dict(use_lns=True), {}, 1.03),
+    ("GPAS", dict(use_gpas=True), {}, 1.03),
+    ("PolyNorm (vs xIELU)", dict(polynorm_exclusive=True), {}, 1.05),
+]
+
+
+# One attention option switched on per row (docs/neollm-attention.md): overrides, target step-time ratio.
+OPTIONS = {
+    "MEA (H_c = H_kv)": (dict(use_mea_attention=True), 1.05),
+    "directional routing": (dict(use_directional_routing=True), 1.05),
+    "REPO-GOAT prior": (dict(use_repo_goat_prior=True), 1.15),
+    "affine-scaled (fused identity)": (dict(use_affine_scaled_attention=True), 1.10),
+    "affine-scaled (eager)": (dict(use_affine_scaled_attention=True, _eager=True), None),
+    "LUCID": (dict(use_lucid_attention=True), 1.6),
+}
+ALL_OPTIONS = dict(
+    use_mea_attention=True, use_lucid_attention=True, use_affine_scaled_attention=True,
+    use_directional_routing=True, use_repo_goat_prior=True,
+)
 
 
 def sync(device: torch.device) -> None:
@@ -132,6 +168,52 @@ def generation_rates(model, args) -> tuple[float, float]:
     return args.new / cached, args.new / full
 
 
+def option_model(args, overrides: dict) -> NeoLLMForCausalLM:
+    """The default stack with ``overrides``; ``_eager`` puts affine-scaled attention on its eager entry."""
+    from slmlab.models.neollm.components.attention import ATTENTION_FUNCTIONS
+
+    overrides = dict(overrides)
+    eager = overrides.pop("_eager", False)
+    model = neollm(args, **overrides)
+    if eager:
+        for layer in model.model.layers:
+            layer.self_attn.core.attend = ATTENTION_FUNCTIONS["affine_eager"]
+    return model
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def options_section(args) -> None:
+    """Each attention option alone vs the default stack (same batch, interleaved rounds), then LUCID at
+    ``--long`` tokens and cached generation with all five options on."""
+    ids = torch.randint(1, args.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(args.device)
+    rows = []
+    for name, (overrides, target) in OPTIONS.items():
+        t_base, t_opt = interleaved_times([adamw_step(neollm(args), ids), adamw_step(option_model(args, overrides), ids)], args)
+        ratio = t_opt / t_base
+        rows.append({"option on": name, "step s": t_opt, "default s": t_base, "x default": ratio,
+                     "target": "-" if target is None else f"<= {target:.2f}"})
+        verdict = "" if target is None else (" ok" if ratio <= target else " MISSED")
+        print(f"RATIO option {name} / default step time = {ratio:.3f}x{'' if target is None else f' (target <= {target})'}{verdict}", flush=True)
+    print_table(rows, f"Training step with one option on, batch {args.batch}x{args.seq}, vocab {args.vocab}, {args.clock} clock")
+    long_ids = torch.randint(1, args.vocab, (args.batch, args.long), generator=torch.Generator().manual_seed(1)).to(args.device)
+    t_base = timed(adamw_step(neollm(args), long_ids), args.device, 1)
+    rss_base = peak_rss_mib()
+    t_lucid = timed(adamw_step(option_model(args, OPTIONS["LUCID"][0]), long_ids), args.device, 1)
+    print(
+        f"RATIO option LUCID / default step time at T={args.long} = {t_lucid / t_base:.3f}x; "
+        f"peak RSS {rss_base:.0f} MiB after the default step, {peak_rss_mib():.0f} MiB after LUCID",
+        flush=True,
+    )
+    cached, full = generation_rates(neollm(args, **ALL_OPTIONS), args)
+    print(f"RATIO generation cache/recompute, all five options = {cached / full:.1f}x (target >= 5x)", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vocab", type=int, default=64402)
@@ -141,13 +223,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--new", type=int, default=32)
+    p.add_argument("--long", type=int, default=1024, help="options: the longer sequence for LUCID's cost and memory")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
         "--clock", choices=sorted(CLOCK), default="wall",
         help="wall time, or process CPU time (use with --threads 1 on a shared, oversubscribed machine)",
     )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--sections", default="train,components,generate", help="comma-separated subset to run")
+    p.add_argument("--sections", default="train,components,generate", help="comma-separated subset to run (also: options)")
     args = p.parse_args()
     args.device = torch.device(args.device)
     global clock
@@ -172,6 +255,17 @@ def main() -> None:
             comp.append({"switched off": name, "step s": t, "x plain": t / t_plain, "cost of component": t_neo / t - 1})
             print(f"  {name}: {t:.3f} s/step", flush=True)
         print_table(comp, "Default stack with one component off (cost = t(default)/t(without) - 1)")
+
+    if "options" in sections:
+        options_section(args)
+
+    if "options" in sections:
+        opts = []
+        for name, overrides, anchor, target in RESIDUAL_OPTIONS:
+            t_on, t_off = interleaved_times([train_step(neollm(args, **overrides), args), train_step(neollm(args, **anchor), args)], args)
+            opts.append({"option": name, "step s": t_on, "anchor s": t_off, "x anchor": t_on / t_off, "target": target})
+            print(f"RATIO option {name} = {t_on / t_off:.3f}x its anchor (target <= {target}x)", flush=True)
+        print_table(opts, "Residual-side options, training step vs anchor (standard topology for the flows, default stack otherwise)")
 
     if "generate" in sections:
         cached, full = generation_rates(neollm(args), args)
