@@ -50,6 +50,7 @@ def evaluate_batches(
     forward_inputs: Iterable[str] = (),
     device: torch.device | str = "cpu",
     autocast=None,
+    keep_rows: bool = False,
 ) -> dict:
     """Loss / perplexity / accuracy of ``model`` over ``batches``.
 
@@ -61,9 +62,11 @@ def evaluate_batches(
         device: where to run.
         autocast: a context-manager factory or None (fp32); the trainer and ``slmlab eval`` pass
             ``slmlab.train.precision.autocast_factory(device, precision)``, one choice for both.
+        keep_rows: also return ``rows``: per example with a scored position, ``correct`` and
+            ``scored`` counts (and ``group``), for confidence intervals over examples.
     Returns:
         ``{"loss", "ppl", "tokens", "acc", "token_acc", "exact", "examples"}`` plus
-        ``acc_by_group`` when batches carry ``group``.
+        ``acc_by_group`` when batches carry ``group`` and ``rows`` when asked.
     """
     device = torch.device(device)
     was_training = model.training
@@ -72,6 +75,7 @@ def evaluate_batches(
     per_example: list[float] = []
     exact: list[bool] = []
     groups: dict[int, list[float]] = defaultdict(list)
+    rows_out: dict[str, list[int]] = {"correct": [], "scored": [], "group": []}
     try:
         for batch in batches:
             ctx = autocast() if autocast is not None else nullcontext()
@@ -93,6 +97,11 @@ def evaluate_batches(
             row_acc = (hit.sum(-1).float() / n_scored.clamp(min=1))[rows]
             per_example.extend(row_acc.tolist())
             exact.extend((hit.sum(-1) == n_scored)[rows].tolist())
+            if keep_rows:
+                rows_out["correct"].extend(hit.sum(-1)[rows].tolist())
+                rows_out["scored"].extend(n_scored[rows].tolist())
+                if batch.get("group") is not None:
+                    rows_out["group"].extend(batch["group"].to(device)[rows].tolist())
             if batch.get("group") is not None:
                 for g, a in zip(batch["group"].to(device)[rows].tolist(), row_acc.tolist()):
                     groups[int(g)].append(a)
@@ -112,6 +121,8 @@ def evaluate_batches(
     }
     if groups:
         result["acc_by_group"] = {g: sum(v) / len(v) for g, v in sorted(groups.items())}
+    if keep_rows:
+        result["rows"] = rows_out
     return result
 
 
