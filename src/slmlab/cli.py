@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "eval": "slmlab.commands.eval:eval_command",
     "generate": "slmlab.commands.generate:generate_command",
     "tokenizer": "slmlab.commands.tokenizer:tokenizer_command",
+    "transactions": "slmlab.transactions.cli:transactions_command",
 }
 
 

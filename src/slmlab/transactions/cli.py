@@ -1,0 +1,196 @@
+"""``slmlab transactions``: generate a synthetic bank, pretrain the encoder, fine-tune the fraud head,
+evaluate it against gradient boosting, score transactions, audit parameter counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SUBCOMMANDS = ("generate", "pretrain", "finetune", "evaluate", "score", "audit")
+
+
+def transactions_command(argv: list[str]) -> int:
+    """Transaction encoder: generate | pretrain | finetune | evaluate | score | audit.
+
+    slmlab transactions generate --preset tiny --seed 0 --out data/bank --format parquet
+    slmlab transactions pretrain --data data/bank --preset lfm2_tiny --out runs/txn max_steps=200
+    slmlab transactions finetune --data data/bank --encoder runs/txn --out runs/txn-fraud max_steps=200
+    slmlab transactions evaluate --data data/bank --model runs/txn-fraud --out reports/txn
+    slmlab transactions score --data data/bank --model runs/txn-fraud --out scores.csv
+    slmlab transactions audit --preset lfm2_small
+    Trailing key=value words are run-config overrides, as for `slmlab train` (e.g. max_steps=3).
+    See docs/transactions.md.
+    """
+    from ..commands._common import command_parser
+
+    parser = command_parser(transactions_command, "transactions")
+    sub = parser.add_subparsers(dest="sub", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    g = sub.add_parser("generate", help="write a synthetic bank")
+    g.add_argument("--preset", default="tiny", help="tiny | small | default (configs/synth.yaml)")
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--out", required=True)
+    g.add_argument("--format", default="parquet", choices=("parquet", "csv"))
+    g.add_argument("--labels-separate", action="store_true", help="labels in labels.csv, not in transactions")
+    g.add_argument("overrides", nargs="*", help="generator settings as key=value (e.g. n_customers=1000)")
+    for name in ("pretrain", "finetune", "evaluate", "score"):
+        p = sub.add_parser(name)
+        p.add_argument("--data", required=True, help="a bank folder (generate's --out, or a mapped real export)")
+        p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+        p.add_argument("--device", default="auto")
+        p.add_argument("--customer-disjoint", action="store_true", help="also hold out 20%% of customers")
+        if name in ("pretrain", "finetune"):
+            p.add_argument("--out", required=True, help="run folder")
+            p.add_argument("--preset", default="lfm2_tiny", help="lfm2_tiny | lfm2_small")
+            p.add_argument("items", nargs="*", help="run-config YAML files and key=value overrides")
+        if name == "pretrain":
+            p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+        if name == "finetune":
+            p.add_argument("--encoder", default=None, help="pretrained run folder (default: from scratch)")
+            p.add_argument("--linear-probe", action="store_true", help="freeze embedding and backbone")
+            p.add_argument("--keep-negative", type=float, default=1.0, help="share of fraud-free windows kept")
+        if name in ("evaluate", "score"):
+            p.add_argument("--model", default=None, help="fine-tuned run folder (evaluate: omit for baselines only)")
+            p.add_argument("--out", required=True, help="report folder (evaluate) or CSV file (score)")
+        if name == "evaluate":
+            p.add_argument("--bootstrap", type=int, default=1000, help="customer resamples for the CIs")
+    a = sub.add_parser("audit", help="print param_count() of a preset")
+    a.add_argument("--preset", default="lfm2_small")
+    args = parser.parse_args(argv)
+    return {"generate": _generate, "pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate,
+            "score": _score, "audit": _audit}[args.sub](args)
+
+
+def _setup(args) -> str:
+    import torch
+
+    if getattr(args, "threads", 0):
+        torch.set_num_threads(args.threads)
+    from ..train.trainer import resolve_device
+
+    return str(resolve_device(getattr(args, "device", "auto")))
+
+
+def _generate(args) -> int:
+    import time
+
+    from ..commands._common import parse_overrides
+    from .synth import SynthConfig, export, generate
+
+    overrides = parse_overrides(args.overrides)
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    try:
+        cfg = SynthConfig.from_preset(args.preset, **overrides)
+    except TypeError as err:
+        raise ValueError(f"unknown generator setting ({err}); see configs/synth.yaml for the keys") from None
+    t0 = time.perf_counter()
+    data = generate(cfg, progress=True)
+    seconds = time.perf_counter() - t0
+    manifest = export(data, args.out, args.format, args.labels_separate, cfg)
+    n = len(data.transactions)
+    print(f"{n:,} transactions ({n / seconds:,.0f} rows/s), {len(data.fraud_cases):,} fraud cases,"
+          f" fraud rate {manifest['fraud_rate']:.4%} -> {args.out}")
+    return 0
+
+
+def _load_bank(args, schema):
+    from .data import prepare_bank
+    from .synth import load_bank
+
+    data = load_bank(args.data)
+    return prepare_bank(data.transactions, schema, data.customers, customer_disjoint=args.customer_disjoint)
+
+
+def _load(path: str, cls):
+    from ..train.checkpoint import resolve_checkpoint
+
+    return cls.from_pretrained(str(resolve_checkpoint(path)))
+
+
+def _pretrain(args) -> int:
+    from ..commands._common import split_items
+    from .model import PRESETS, preset_schema
+    from .training import pretrain
+
+    _setup(args)
+    if args.preset not in PRESETS:
+        raise ValueError(f"unknown preset {args.preset!r}; use one of {sorted(PRESETS)}")
+    files, overrides = split_items(args.items)
+    bank = _load_bank(args, preset_schema(args.preset))
+    trainer = pretrain(bank, args.preset, args.out, [f"device={args.device}", *overrides], resume=args.resume,
+                       files=files)
+    ev = trainer.state.last_eval
+    print(f"pretrained {trainer.state.step} steps; validation CE {ev.get('loss', float('nan')):.4f} -> {args.out}")
+    for name in trainer.model.feature_names:
+        print(f"  {name:<16} CE {ev[f'ce/{name}']:.3f}  unigram {ev[f'unigram/{name}']:.3f}"
+              f"  history {ev[f'history/{name}']:.3f}")
+    return 0
+
+
+def _finetune(args) -> int:
+    from ..commands._common import split_items
+    from .model import TransactionEncoder, preset_schema
+    from .training import finetune
+
+    _setup(args)
+    files, overrides = split_items(args.items)
+    encoder = _load(args.encoder, TransactionEncoder) if args.encoder else None
+    schema = encoder.config.fitted_schema if encoder is not None else preset_schema(args.preset)
+    bank = _load_bank(args, schema)
+    trainer = finetune(bank, args.out, encoder, args.preset, [f"device={args.device}", *overrides], args.linear_probe,
+                       args.keep_negative, files=files)
+    ev = trainer.state.last_eval
+    print(f"fine-tuned {trainer.state.step} steps; validation PR-AUC {ev.get('pr_auc', float('nan')):.4f} -> {args.out}")
+    return 0
+
+
+def _evaluate(args) -> int:
+    from .fraud import TransactionFraudModel
+    from .evaluate import evaluate_models
+    from .model import preset_schema
+
+    device = _setup(args)
+    model = _load(args.model, TransactionFraudModel).to(device) if args.model else None
+    schema = model.config.fitted_schema if model is not None else preset_schema("lfm2_tiny")
+    bank = _load_bank(args, schema)
+    result = evaluate_models(bank, model, args.out, args.bootstrap, device=device, progress=True)
+    print(Path(args.out, "report.md").read_text())
+    return 0 if result else 1
+
+
+def _score(args) -> int:
+    from .fraud import TransactionFraudModel
+    from .score import score_transactions
+    from .synth import load_bank
+
+    device = _setup(args)
+    if not args.model:
+        raise ValueError("score needs --model; pass a fine-tuned run folder")
+    model = _load(args.model, TransactionFraudModel).to(device)
+    data = load_bank(args.data)
+    out = score_transactions(model, data.transactions, data.customers, device=device)
+    out.to_csv(args.out, index=False)
+    print(f"scored {len(out):,} transactions -> {args.out}")
+    return 0
+
+
+def _audit(args) -> int:
+    import torch
+
+    from .model import TransactionEncoder, TxnEncoderConfig
+
+    with torch.device("meta"):
+        model = TransactionEncoder(TxnEncoderConfig.from_preset(args.preset))
+    print(json.dumps({"preset": args.preset, **model.param_count()}, indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:  # ``python -m slmlab.transactions.cli``
+    import sys
+
+    return transactions_command(list(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
