@@ -1,0 +1,156 @@
+"""The suite's plots, made from result lines only (matplotlib, PNG; ``docs/bench.md``, Plots).
+
+* ``t1_acc_vs_d.png``: MQAR accuracy vs ``d_model`` per ``(T, N)``, one line per model (Zoology
+  Figure 2 layout).
+* ``t1_acc_vs_state.png``: accuracy vs inference state (floats, log x): the recall–memory trade-off.
+* ``t4_acc_vs_length.png``: induction accuracy vs test length (log x), training length marked.
+* ``t5_depth_length.png`` / ``t6_depth_length.png``: depth × length heat-maps of accuracy.
+* ``t7_acc_vs_distance.png``: T7 accuracy vs distance per model.
+* ``best_acc.png``: every (task spec, model) at its best lr, with the 95% interval.
+A plot whose data is absent is skipped; :func:`make_plots` returns the files written.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from .report import best_of_lr
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path, written: list[Path]) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    written.append(path)
+
+
+def make_plots(lines: list[dict], out_dir: str | Path) -> list[Path]:
+    """Write every plot the lines support into ``out_dir``."""
+    plt = _pyplot()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    rows = best_of_lr(lines)
+    try:
+        _best_acc(plt, rows, out, written)
+        _t1(plt, rows, out, written)
+        _t4(plt, [x for x in lines if x["task"] == "induction"], out, written)
+        for task, name in (("niah", "t5"), ("passkey", "t6")):
+            _heatmap(plt, [x for x in lines if x["task"] == task], out / f"{name}_depth_length.png", task, written)
+        _t7(plt, [r for r in rows if r["task"] == "t7"], out, written)
+    finally:
+        plt.close("all")
+    return written
+
+
+def _best_acc(plt, rows, out, written) -> None:
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.2))
+    labels = [f"{r['task_spec']} | {r['model']}" for r in rows]
+    acc = [r["acc"]["mean"] for r in rows]
+    err = [[a - r["ci"][0] for a, r in zip(acc, rows)], [r["ci"][1] - a for a, r in zip(acc, rows)]]
+    ax.barh(range(len(rows)), acc, xerr=err, color="tab:blue", alpha=0.8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel("test accuracy (best lr; bar: 95% bootstrap CI)")
+    _save(fig, out / "best_acc.png", written)
+
+
+def _t1(plt, rows, out, written) -> None:
+    t1 = [r for r in rows if r["task"] == "mqar"]
+    if not t1:
+        return
+    by_cfg = defaultdict(lambda: defaultdict(list))
+    for r in t1:
+        cfg = r["lines"][0]["task_config"]
+        by_cfg[(cfg["T"], cfg["N"])][r["model"]].append((r["d_model"], r["acc"]["mean"]))
+    fig, axes = plt.subplots(1, len(by_cfg), figsize=(3.2 * len(by_cfg), 3), squeeze=False)
+    for ax, ((T, N), models) in zip(axes[0], sorted(by_cfg.items())):
+        for model, points in sorted(models.items()):
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=model)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"T={T}, N={N}")
+        ax.set_xlabel("d_model")
+    axes[0][0].set_ylabel("MQAR accuracy")
+    axes[0][-1].legend(fontsize=7)
+    _save(fig, out / "t1_acc_vs_d.png", written)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for model in sorted({r["model"] for r in t1}):
+        pts = [(r["state_floats"], r["acc"]["mean"]) for r in t1 if r["model"] == model]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=model)
+    ax.set_xscale("log")
+    ax.set_xlabel("inference state (floats, excl. weights)")
+    ax.set_ylabel("MQAR accuracy")
+    ax.legend(fontsize=7)
+    _save(fig, out / "t1_acc_vs_state.png", written)
+
+
+def _t4(plt, lines, out, written) -> None:
+    if not lines:
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for line in lines:
+        points = {int(line["task_config"]["T"]): line["acc"]}
+        points.update({int(k): v for k, v in line.get("acc_by_length", {}).items() if v is not None})
+        xs = sorted(points)
+        ax.plot(xs, [points[x] for x in xs], "o-", label=f"{line['model']} lr {line['lr']:g} s{line['seed']}")
+        ax.axvline(line["task_config"]["T"], color="grey", ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("test length (dotted: training length)")
+    ax.set_ylabel("induction accuracy")
+    ax.legend(fontsize=7)
+    _save(fig, out / "t4_acc_vs_length.png", written)
+
+
+def _heatmap(plt, lines, path, task, written) -> None:
+    if not lines:
+        return
+    import numpy as np
+
+    models = sorted({x["model"] for x in lines})
+    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [x for x in lines if x["model"] == model]
+        lengths = sorted({int(x["task_config"]["T"]) for x in mine})
+        grid = np.full((len(lengths), 11), np.nan)
+        for x in mine:
+            for depth, acc in x.get("acc_by_group", {}).items():
+                grid[lengths.index(int(x["task_config"]["T"])), int(depth)] = acc
+        im = ax.imshow(grid, vmin=0, vmax=1, aspect="auto", cmap="viridis")
+        ax.set_xticks(range(11), [f"{d / 10:.1f}" for d in range(11)], fontsize=6)
+        ax.set_yticks(range(len(lengths)), lengths)
+        ax.set_xlabel("depth")
+        ax.set_ylabel("T")
+        ax.set_title(f"{task}: {model}", fontsize=8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+    fig.savefig(path, dpi=110)
+    written.append(path)
+
+
+def _t7(plt, rows, out, written) -> None:
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for model in sorted({r["model"] for r in rows}):
+        pts = sorted((r["lines"][0]["task_config"]["distance"], r["acc"]["mean"]) for r in rows if r["model"] == model)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=model)
+    ax.axhline(1 / 64, color="grey", ls=":", label="chance (1/64)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("distance (key to query)")
+    ax.set_ylabel("T7 accuracy")
+    ax.legend(fontsize=7)
+    _save(fig, out / "t7_acc_vs_distance.png", written)
