@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "generate": "slmlab.commands.generate:generate_command",
     "tokenizer": "slmlab.commands.tokenizer:tokenizer_command",
     "transactions": "slmlab.transactions.cli:transactions_command",
+    "bench": "slmlab.commands.bench:bench_command",
 }
 
 

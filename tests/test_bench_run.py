@@ -1,0 +1,125 @@
+"""The bench runner, results file, report, reproduce and the `slmlab bench` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slmlab import cli
+from slmlab.bench.anchors import ANCHORS
+from slmlab.bench.run import RESULT_FIELDS, SCHEMA, read_results, run_one
+from slmlab.bench.suite import RunPlan, tier_plans
+
+
+def test_micro_tier_writes_one_line_per_run_with_every_field_and_skips_finished_runs(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert cli.main(["bench", "run", "--tier", "micro", "--out", str(out), "--threads", "1"]) == 0
+    lines = read_results(out)
+    assert len(lines) == 2 and {x["model"] for x in lines} == {"attn2-z", "shortconv4"}
+    for line in lines:
+        assert set(RESULT_FIELDS) <= set(line)
+        assert line["schema"] == SCHEMA and line["steps"] == 5 and line["task"] == "ar" and line["task_T"] == 16
+        lo, hi = line["ci"]["acc"]
+        assert lo <= line["acc"] <= hi and line["examples"] == 32
+        assert line["best_step"] == 5 and line["params_total"] > line["params_nonembedding"] > 0
+    assert lines[1]["state_floats"] == 4 * 2 * 64  # shortconv4: (k-1)*d per layer
+    run_dirs = list((out / "runs").iterdir())
+    assert all((d / "checkpoints" / "best" / "config.json").is_file() for d in run_dirs)  # keep_best
+    text = capsys.readouterr().out
+    assert "[1/2]" in text and "[2/2]" in text and "ETA" in text
+    assert cli.main(["bench", "run", "--tier", "micro", "--out", str(out)]) == 0
+    assert "2 of 2 runs already in" in capsys.readouterr().out and len(read_results(out)) == 2
+
+
+def fixture_lines() -> list[dict]:
+    base = dict(schema=SCHEMA, tier="fixture", params_total=1000, params_nonembedding=500, n_layers=2, seed=0,
+                batch_size=8, train_on="scored", steps=10, wall_s=1.0, stop_reason="max_steps reached", token_acc=0.5,
+                exact=0.5, examples=10, best_step=10, best_val_acc=0.5, acc_by_group={}, acc_by_length={},
+                leakage={}, torch="x", numpy="y")
+    lines = []
+    for model, acc, floats in (("attn2-z", 0.99, 16384), ("longconv4", 0.4, 16896), ("shortconv4", 0.01, 512)):
+        for d in (64, 128):
+            for lr, bump in ((1e-3, 0.0), (3e-3, 0.01)):
+                lines.append(dict(base, key=f"m{model}{d}{lr}", task="mqar", task_spec="mqar:cpu", model=model, d_model=d,
+                                  lr=lr, acc=min(acc + bump, 1.0), ci={"acc": [acc - 0.02, acc + 0.02]}, state_floats=floats,
+                                  task_config={"T": 64, "N": 4}, task_T=64, task_N=4))
+    lines.append(dict(base, key="ind", task="induction", task_spec="t4:cpu", model="attn2-rope", d_model=64, lr=1e-3,
+                      acc=0.9, ci={"acc": [0.88, 0.92]}, state_floats=1, task_config={"T": 64},
+                      acc_by_length={"128": 0.3, "256": None}))
+    for T in (256, 512):
+        lines.append(dict(base, key=f"niah{T}", task="niah", task_spec=f"t5:cpu,T={T}", model="attn2-rope", d_model=64,
+                          lr=1e-3, acc=0.7, ci={"acc": [0.6, 0.8]}, state_floats=1, task_config={"T": T},
+                          acc_by_group={str(d): d / 10 for d in range(11)}))
+    for model, acc in (("attn2-rope", 0.97), ("pgsm-cpu", 1.0)):
+        lines.append(dict(base, key=f"t7{model}", task="t7", task_spec="t7:cpu", model=model, d_model=64, lr=2e-3, acc=acc,
+                          ci={"acc": [acc - 0.01, acc]}, state_floats=1, task_config={"T": 128, "distance": 96}))
+    return lines
+
+
+def write_fixture(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in fixture_lines()))
+    return folder
+
+
+def test_report_makes_the_plots_from_a_results_file(tmp_path, capsys):
+    folder = write_fixture(tmp_path / "fixture")
+    assert cli.main(["bench", "report", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert "mqar:cpu" in text and "3.0e-03" in text  # best of lr: the 3e-3 row
+    names = {p.name for p in (folder / "plots").iterdir()}
+    assert names == {"best_acc.png", "t1_acc_vs_d.png", "t1_acc_vs_state.png", "t4_acc_vs_length.png",
+                     "t5_depth_length.png", "t7_acc_vs_distance.png"}
+    assert all((folder / "plots" / n).stat().st_size > 5000 for n in names)
+
+
+def test_reproduce_prints_published_and_ours(tmp_path, capsys):
+    folder = write_fixture(tmp_path / "fixture")
+    assert cli.main(["bench", "reproduce", "pgsm-distance", "--out", str(folder)]) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.startswith("attn2-rope"))
+    assert row.split()[1:3] == ["0.998", "0.970"]
+    assert cli.main(["bench", "reproduce", "zoology-fig2", "--out", str(folder)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("T64 N4 d64 Hyena"))
+    assert row.split()[-3:] == ["0.510", "0.410", "1"]
+    assert set(ANCHORS) == {"zoology-fig2", "mamba-table1", "mamba-table11", "pgsm-distance"}
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["run", "--tier", "laptop"], "unknown tier 'laptop'; known: cpu-smoke"),
+        (["run"], "bench run needs --tier"),
+        (["run", "--tier", "cpu-smoke", "--tasks", "sudoku"], "unknown task 'sudoku'; known: "),
+        (["run", "--tier", "cpu-smoke", "--models", "gpt5"], "unknown model 'gpt5'; known: attn2-z"),
+        (["run", "--tier", "cpu-smoke", "--seeds", "a"], "--seeds must be comma-separated integers"),
+        (["reproduce", "mamba-table99"], "unknown anchor 'mamba-table99'; known: zoology-fig2"),
+        (["report", "/nonexistent/bench"], "no bench results at"),
+    ],
+)
+def test_expected_failures_print_the_error_and_exit_2(argv, match, capsys):
+    assert cli.main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("slmlab bench: error: ") and __import__("re").search(match, err)
+
+
+def test_a_results_file_from_another_schema_is_refused(tmp_path, capsys):
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text(json.dumps({"schema": "slmlab-bench/0", "acc": 1.0}) + "\n")
+    assert cli.main(["bench", "report", str(folder)]) == 2
+    assert "has schema 'slmlab-bench/0', this slmlab reads 'slmlab-bench/1'" in capsys.readouterr().err
+
+
+def test_task_model_mismatch_is_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match="pgsm-cpu accepts block_size=128 tokens < the task's T=256"):
+        run_one(RunPlan("t5:cpu", "pgsm-cpu", 1e-3), "x", tmp_path)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tiers_filter_by_task_alias_model_and_seed():
+    plans = tier_plans("cpu-smoke", tasks=["t1"], models=["attn2-z"], seeds=[0, 1, 2])
+    assert [(p.task_name, p.model, p.seed) for p in plans] == [("mqar", "attn2-z", s) for s in (0, 1, 2)]
+    assert len({p.key for p in tier_plans("cpu-full")}) == len(tier_plans("cpu-full"))
