@@ -145,8 +145,8 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from .fraud import TransactionFraudModel
     from .evaluate import evaluate_models
+    from .fraud import TransactionFraudModel
     from .model import preset_schema
 
     device = _setup(args)
