@@ -5,8 +5,8 @@
    untied head), with their ratio (target: NeoLLM costs at most 2x the plain model).
 2. The cost of each default component: the default stack with that one component switched off;
    ``cost = t(default) / t(without it) - 1``.
-3. ``--sections options``: each residual-side option's training step vs its anchor (targets in
-   ``RESIDUAL_OPTIONS``; run with ``--seq 256``).
+3. ``--sections residual-options`` (also part of ``options``): each residual-side option's training
+   step vs its anchor, in alternating rounds (targets in ``RESIDUAL_OPTIONS``; run with ``--seq 256``).
 4. Generation tokens/s at a 512-token context: ``slmlab.generation`` through the cache vs recomputing
    the whole prefix for every new token (target: >= 5x).
 4. ``options``: the default stack with one attention option on vs the default stack, same batch
@@ -259,7 +259,7 @@ def main() -> None:
     if "options" in sections:
         options_section(args)
 
-    if "options" in sections:
+    if sections & {"options", "residual-options"}:
         opts = []
         for name, overrides, anchor, target in RESIDUAL_OPTIONS:
             t_on, t_off = interleaved_times([train_step(neollm(args, **overrides), args), train_step(neollm(args, **anchor), args)], args)
