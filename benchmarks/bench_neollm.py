@@ -13,7 +13,7 @@
    (targets in ``OPTIONS``; affine also on its eager path, LUCID also at ``--long`` tokens with peak
    RSS), and cached generation with all five options on vs recomputing the prefix (target: >= 5x).
 
-    .venv/bin/python benchmarks/bench_neollm.py --sections options --vocab 8192 --seq 256 --threads 1 --clock cpu
+    .venv/bin/python benchmarks/bench_neollm.py --sections attention-options --vocab 8192 --seq 256 --threads 1 --clock cpu
 
     .venv/bin/python benchmarks/bench_neollm.py [--vocab 64402] [--batch 2] [--seq 128] [--sections train,components,generate]
     .venv/bin/python benchmarks/bench_neollm.py --vocab 8192 --threads 1 --clock cpu   # on a shared CPU box
@@ -256,7 +256,7 @@ def main() -> None:
             print(f"  {name}: {t:.3f} s/step", flush=True)
         print_table(comp, "Default stack with one component off (cost = t(default)/t(without) - 1)")
 
-    if "options" in sections:
+    if sections & {"options", "attention-options"}:
         options_section(args)
 
     if sections & {"options", "residual-options"}:
