@@ -5,7 +5,10 @@ and through the compiled plan, vs ``LlamaForCausalLM.generate``: batch 1, 128-to
 tokens, greedy; the compiled row also shows its first call, which compiles) and training tokens/s (forward + backward + AdamW, batch 8 x 256) with
 achieved GFLOP/s against the measured fp32 matmul peak.
 
-    .venv/bin/python benchmarks/bench_lumen.py [--threads 2]
+    .venv/bin/python benchmarks/bench_lumen.py [--threads 2] [--clock cpu]
+
+``--clock cpu`` times by this process's CPU time (use with ``--threads 1`` on a shared machine: the
+ratios then measure the code, not the neighbours); both sides always run interleaved.
 """
 
 from __future__ import annotations
@@ -13,12 +16,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import adamw_step, floor_row, generation_rows, matmul_peak_gflops, print_table, timeit  # noqa: E402
+from common import (  # noqa: E402
+    adamw_step,
+    floor_row,
+    generation_rows,
+    matmul_peak_gflops,
+    print_table,
+    timeit_interleaved,
+)
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
 
@@ -38,6 +49,9 @@ def twins(cfg: LumenConfig) -> tuple[LumenForCausalLM, LlamaForCausalLM]:
     return ours, llama
 
 
+CLOCK = time.perf_counter
+
+
 def bench_generation(ours, llama, prompt_len=128, new=128, repeats=3) -> list[dict]:
     """Our loop (through the model's forward, through the decode plan, and the plan compiled) vs
     ``LlamaForCausalLM.generate``; every side must produce the same greedy tokens."""
@@ -53,7 +67,7 @@ def bench_generation(ours, llama, prompt_len=128, new=128, repeats=3) -> list[di
         "slmlab generate (decode plan)": lambda: generate(ours, ids, new),
         "slmlab generate (plan, compiled)": lambda: generate(ours, ids, new, compile=True),
     }
-    rows = generation_rows(hf, variants, new, repeats, "transformers Llama generate",
+    rows = generation_rows(hf, variants, new, repeats, "transformers Llama generate", clock=CLOCK,
                            first_call_timed=("slmlab generate (plan, compiled)",))
     ref = hf()
     rows.append(floor_row(ours, 1 / rows[0]["tokens/s"]))
@@ -72,9 +86,8 @@ def bench_training(ours, llama, batch=8, seq=256, steps=3) -> list[dict]:
     ids = torch.randint(0, ours.config.vocab_size, (batch, seq))
     rows = []
     peak = matmul_peak_gflops()
-    times = {}
-    for name, model in (("transformers Llama", llama), ("slmlab Lumen", ours)):
-        times[name] = timeit(adamw_step(model, ids), repeats=steps, warmup=1)
+    sides = {"transformers Llama": adamw_step(llama, ids), "slmlab Lumen": adamw_step(ours, ids)}
+    times = timeit_interleaved(sides, steps, clock=CLOCK)
     for name, sec in times.items():
         tps = batch * seq / sec
         gflops = tps * train_flops_per_token(ours, seq) / 1e9
@@ -88,7 +101,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time (default). cpu: this process's CPU time (with --threads 1)")
     args = p.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
     ours, llama = twins(LumenConfig())
     print_table(bench_generation(ours, llama, repeats=args.repeats), "Generation, batch 1, prompt 128, 128 new tokens, greedy (target ratio >= 5)")
