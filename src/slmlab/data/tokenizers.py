@@ -110,7 +110,7 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
         raise ValueError(f"tokenizer folder {p} has no tokenizer.json")
     try:
         if p.is_dir():
-            tok = PreTrainedTokenizerFast.from_pretrained(str(p), clean_up_tokenization_spaces=False)
+            tok = PreTrainedTokenizerFast.from_pretrained(str(p), clean_up_tokenization_spaces=False, trust_remote_code=False)
         else:
             tok = PreTrainedTokenizerFast(tokenizer_file=str(p), clean_up_tokenization_spaces=False)
     except Exception as exc:  # the Rust side raises plain Exceptions for malformed json
