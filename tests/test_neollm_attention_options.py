@@ -332,3 +332,122 @@ def test_config_rejects_bad_option_values(kw, field):
     with pytest.raises(ValueError, match=f"`{field}`"):
         tiny(**kw)
     tiny(**{**kw, "use_xsa": False} if field == "xsa_eps" else {})
+
+
+# -- the model: inits after post_init / from_pretrained, alpha_ma across processes and ranks --------
+LOAD_SCRIPT = """
+import json, sys
+import slmlab  # noqa: F401  (registers the Auto classes)
+from slmlab.models.neollm import NeoLLMForCausalLM
+m = NeoLLMForCausalLM.from_pretrained(sys.argv[1])
+print("ALPHA_MA " + json.dumps([layer.self_attn.affine.alpha_ma.tolist() for layer in m.model.layers]))
+"""
+
+
+def tiny_model(**kw):
+    from slmlab.models.neollm import NeoLLMForCausalLM
+
+    torch.manual_seed(0)
+    return NeoLLMForCausalLM(NeoLLMConfig(**{**TINY_MODEL, **kw}))
+
+
+TINY_MODEL = dict(
+    vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, iha_local_global_pattern="LG", repo_start_layer=1, iha_sliding_window=4,
+    use_spelling_bee_embeddings=False,
+)
+
+
+@pytest.mark.slow  # a fresh interpreter imports slmlab + transformers (~15 s on a shared core)
+def test_option_inits_survive_post_init_and_from_pretrained_and_alpha_ma_reloads_in_a_fresh_process(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from slmlab.models.neollm import NeoLLMForCausalLM
+
+    model = tiny_model(**ALL)
+    attn = model.model.layers[2].self_attn
+    assert torch.equal(attn.mea.k_mix, torch.ones(1, 2)) and all(torch.equal(p, torch.zeros_like(p)) for p in attn.goat.parameters())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)
+        for i, layer in enumerate(model.model.layers):
+            layer.self_attn.affine.alpha_ma.fill_(0.5 + 0.25 * i)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.post_init()
+    for name, v in model.state_dict().items():
+        assert torch.equal(v, before[name]), f"{name} changed by post_init"
+    model.save_pretrained(tmp_path)
+    loaded = NeoLLMForCausalLM.from_pretrained(tmp_path)
+    for name, v in loaded.state_dict().items():
+        assert torch.equal(v, before[name]), f"{name} changed by from_pretrained"
+    proc = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("ALPHA_MA "))
+    assert json.loads(line[len("ALPHA_MA "):]) == [[0.5 + 0.25 * i] * 4 for i in range(3)]
+
+
+def test_audit_lists_the_options_under_readable_labels():
+    from slmlab.models.neollm import audit_parameters
+
+    rows = audit_parameters(tiny_model(**ALL))
+    for label in ("MEA head mix (W_K, W_V)", "MEA head RMSNorm", "REPO-GOAT prior", "affine-scaled alpha", "directional routing"):
+        assert rows[f"attention: {label}"] > 0, label
+
+
+def test_beam_reorder_with_all_options():
+    a = with_alpha_ma(perturbed(tiny(**ALL), 2))
+    x, pos, mask = padded_batch()
+    with torch.no_grad():
+        _, st = decode(a, x, pos, mask, [6])
+        st.select_batch(torch.tensor([1, 1]))
+        rows = torch.tensor([1, 1])
+        nxt, _ = run(a, x[rows, 6:8], pos[rows, 6:8], mask[rows, :8], st)
+        _, ref_st = decode(a, x[1:], pos[1:], mask[1:], [6])
+        ref, _ = run(a, x[1:, 6:8], pos[1:, 6:8], mask[1:, :8], ref_st)
+    assert (nxt - ref).abs().max() <= ATOL
+    with pytest.raises(ValueError, match="cannot be cropped"):
+        st.crop(3)
+
+
+DDP_SCRIPT = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+sys.path.insert(0, {tests!r})
+torch.set_num_threads(1)
+from test_neollm_attention import ForwardContext, NeoLLMAttention, ResidualState, tiny
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+a = NeoLLMAttention(tiny(use_affine_scaled_attention=True, affine_momentum=0.5), 0).train()
+with torch.no_grad():
+    a.affine.proj.weight.normal_(0.0, 0.5)
+g = torch.Generator().manual_seed(100 + rank)
+for _ in range(3):
+    x = torch.randn(2, 7, 64, generator=g)
+    pos = torch.arange(7).expand(2, 7)
+    a(x, ForwardContext(pos, None), None, ResidualState(streams=(), v0=None))
+with open(os.path.join(sys.argv[1], f"rank{{rank}}.json"), "w") as f:
+    json.dump(a.affine.alpha_ma.tolist(), f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_alpha_ma_is_identical_on_two_gloo_ranks(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "ddp_alpha.py"
+    script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0 == r1 and r0 != [1.0] * 4
