@@ -48,7 +48,7 @@ class NeoLLMConfig(PretrainedConfig):
             mea_groupnorm_eps: MEA head mixing (docs/neollm-attention.md#mea).
         use_lucid_attention, lucid_attention_eps: LUCID preconditioning (docs/neollm-attention.md#lucid).
         use_affine_scaled_attention, affine_momentum: affine-scaled softmax (docs/neollm-attention.md#affine-scaled-softmax).
-        use_xsa, xsa_eps: exclusive self attention (docs/neollm-attention.md#momentum).
+        use_xsa, xsa_eps: exclusive self attention (docs/neollm-attention.md#xsa).
         use_directional_routing, directional_routing_k, directional_routing_temp: docs/neollm-attention.md#directional-routing.
         use_attn_res, attn_res_num_blocks: attention residuals over depth (docs/neollm-residual.md#attnres).
         use_stack_memory, stack_d_model, num_mem_heads, stack_slots, stack_memory_cache_size: docs/neollm-residual.md#stackmemory.
