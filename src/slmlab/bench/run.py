@@ -174,9 +174,10 @@ def run_plans(plans: list[RunPlan], tier: str, out_dir: str | Path, device: str 
         log(f"{len(plans) - len(todo)} of {len(plans)} runs already in {path}: skipped")
     records, spent = [], []
     for i, plan in enumerate(todo, 1):
-        remaining_caps = sum(p.max_time for p in todo[i - 1 :])
-        eta = min(remaining_caps, (sum(spent) / len(spent)) * (len(todo) - i + 1)) if spent else remaining_caps
-        log(f"[{i}/{len(todo)}] {plan.key}  (ETA <= {eta / 60:.1f} min)")
+        rest = todo[i - 1 :]
+        caps = sum(p.max_time for p in rest) if all(p.max_time > 0 for p in rest) else math.inf
+        eta = min(caps, (sum(spent) / len(spent)) * len(rest)) if spent else caps
+        log(f"[{i}/{len(todo)}] {plan.key}  (ETA {'unknown' if math.isinf(eta) else f'~{eta / 60:.1f} min'})")
         t0 = time.perf_counter()
         record = run_one(plan, tier, out, device)
         spent.append(time.perf_counter() - t0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ._common import command_parser
@@ -31,6 +32,8 @@ def bench_command(argv: list[str]) -> int:
     p.add_argument("--out", default="runs/bench", help="results folder (default runs/bench)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--max-time", type=float, default=None,
+                   help="replace every run's time budget (seconds; 0 = none: runs stop at their step cap or early stop)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their time budgets only")
     p.add_argument("--run", action="store_true", help="reproduce: run the anchor's missing runs first")
     args = p.parse_args(argv)
@@ -61,6 +64,10 @@ def _run(args) -> int:
     if not args.tier:
         raise ValueError("bench run needs --tier; pass --tier cpu-smoke (see `slmlab bench list`)")
     plans = tier_plans(args.tier, _split(args.tasks) or None, _split(args.models) or None, _seeds(args.seeds))
+    if args.max_time is not None:
+        if args.max_time < 0:
+            raise ValueError(f"--max-time must be >= 0 seconds, got {args.max_time}; 0 removes the time budget")
+        plans = [dataclasses.replace(x, max_time=float(args.max_time)) for x in plans]
     if not plans:
         raise ValueError(f"tier {args.tier} has no run for tasks={args.tasks!r} models={args.models!r}; see `slmlab bench list`")
     if args.dry_run:
