@@ -53,6 +53,11 @@ def test_state_floats_of_controls_and_families():
     lumen = build_model("lumen", 64, 32, dict(hidden_dim=32, num_layers=2, num_heads=2, num_kv_heads=1,
                                              intermediate_dim=32, max_seq_len=32))
     assert state_floats(lumen, 32) == 2 * 2 * 1 * 16 * 32  # layers x K,V x kv heads x head dim x T
+    # the spec's inference-memory column: PGSM 4*16*64 conv + 2*128*T retriever K/V (+1: the retrieval flag);
+    # the conv-only control 3*16*64; LFM2 hybrid 2*2*96*T KV + 2*2*192 conv
+    assert state_floats(build_model("pgsm-cpu", 256, 128), 128) == 4 * 16 * 64 + 2 * 128 * 128 + 1
+    assert state_floats(build_model("pgsm-cpu-noret", 256, 128), 128) == 3 * 16 * 64
+    assert state_floats(build_model("lfm2-hyb", 256, 128), 128) == 2 * 2 * 96 * 128 + 2 * 2 * 192
 
 
 def test_model_cache_size_agrees_with_nanohammer_cache_nbytes():
