@@ -402,20 +402,23 @@ class NeoLLMConfig(PretrainedConfig):
         (docs/neollm-attention.md#configuration)."""
         if mea_component_key_value_heads is not None and int(mea_component_key_value_heads) < 1:
             raise ValueError(
-                f"`mea_component_key_value_heads` must be >= 1 (or None for num_key_value_heads), "
-                f"got {mea_component_key_value_heads}."
+                f"`mea_component_key_value_heads` must be >= 1, got {mea_component_key_value_heads}; "
+                "set a positive head count, or None to use num_key_value_heads."
             )
         if not 0.0 <= float(affine_momentum) < 1.0:
-            raise ValueError(f"`affine_momentum` must be in [0, 1), got {affine_momentum}.")
+            raise ValueError(f"`affine_momentum` must be in [0, 1), got {affine_momentum}; the seed default is 0.9.")
         if use_directional_routing and not 1 <= int(directional_routing_k) < head_dim:
             raise ValueError(
-                f"`directional_routing_k` must satisfy 1 <= k < head_dim={head_dim}, got {directional_routing_k}."
+                f"`directional_routing_k` must satisfy 1 <= k < head_dim={head_dim}, got {directional_routing_k}; "
+                f"pick a direction count between 1 and {head_dim - 1}."
             )
         if use_directional_routing and not float(directional_routing_temp) > 0.0:
-            raise ValueError(f"`directional_routing_temp` must be > 0, got {directional_routing_temp}.")
+            raise ValueError(
+                f"`directional_routing_temp` must be > 0, got {directional_routing_temp}; the seed default is 3.0."
+            )
         for name, (enabled, value) in eps.items():
             if enabled and not float(value) > 0.0:
-                raise ValueError(f"`{name}` must be > 0 when its option is on, got {value}.")
+                raise ValueError(f"`{name}` must be > 0 when its option is on, got {value}; use e.g. 1e-6.")
 
     @staticmethod
     def _check_iha(num_pseudo_heads: int, pattern: str, window) -> None:
