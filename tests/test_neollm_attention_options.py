@@ -451,3 +451,19 @@ def test_alpha_ma_is_identical_on_two_gloo_ranks(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0 == r1 and r0 != [1.0] * 4
+
+
+def test_cli_audit_prints_the_options_and_refuses_bad_values(capsys):
+    from slmlab import cli
+
+    args = ["use_mea_attention=true", "use_repo_goat_prior=true", "use_affine_scaled_attention=true",
+            "use_directional_routing=true", "use_lucid_attention=true"]
+    assert cli.main(["audit", "neollm", *args]) == 0
+    out = capsys.readouterr().out
+    for label, count in [("MEA head mix (W_K, W_V)", "384"), ("MEA head RMSNorm", "6,144"), ("REPO-GOAT prior", "2,272"),
+                         ("affine-scaled alpha", "49,248"), ("directional routing", "221,568")]:
+        line = next(ln for ln in out.splitlines() if f"attention: {label}" in ln)
+        assert line.split()[-1] == count, line
+    rc = cli.main(["audit", "neollm", "use_directional_routing=true", "directional_routing_k=64"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("slmlab audit: error: `directional_routing_k`") and "; pick" in err
