@@ -62,3 +62,20 @@ def test_train_on_all_gives_full_lm_labels_for_training_only():
     with pytest.raises(ValueError, match="train_on must be one of"):
         TaskSource("ar", task, train_on="some")
 
+
+
+def test_run_config_train_on_reaches_the_source_and_the_trainer(tmp_path):
+    from slmlab.train.config import load_config
+    from slmlab.train.run import open_source
+    from slmlab.train.trainer import Trainer
+
+    for train_on, full in (("all", True), ("scored", False)):
+        cfg = load_config(overrides=[f"train_on={train_on}", "data=ar:cpu,T=32,n_train=32,n_test=8", "device=cpu",
+                                     f"out_dir={tmp_path / train_on}"])
+        source = open_source(cfg, None)
+        batch = next(source.batches("train", 4, seed=0))
+        assert torch.equal(batch["labels"], batch["input_ids"]) == full
+        trainer = Trainer(cfg, LumenForCausalLM(LumenConfig(**TINY)), source, run_dir=tmp_path / train_on)
+        assert trainer.scored_only == (not full)
+    with pytest.raises(ValueError, match="train_on must be 'scored' or 'all'"):
+        load_config(overrides=["train_on=half"])

@@ -284,6 +284,7 @@ def get_source(
     cache_dir: Path | None = None,
     errors: str = "strict",
     seed: int = 0,
+    train_on: str = "scored",
 ) -> DataSource:
     """Build a data source.
 
@@ -298,6 +299,7 @@ def get_source(
         cache_dir: downloads and token caches (default ``$SLMLAB_CACHE`` or ``~/.cache/slmlab``).
         errors: ``"strict"`` (non-UTF-8 input is an error) or ``"replace"`` (U+FFFD).
         seed: generation seed of synthetic tasks (text corpora are fixed).
+        train_on: synthetic tasks: ``scored`` or ``all`` (full next-token labels on training rows).
     """
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"data spec must be a non-empty string, got {spec!r}")
@@ -307,7 +309,7 @@ def get_source(
     if task is not None:
         if block_size is not None and block_size < task.seq_len:
             raise ValueError(f"{spec}: the task's sequences have T={task.seq_len} tokens > block_size={block_size}")
-        return TaskSource(spec, task, seed)
+        return TaskSource(spec, task, seed, train_on=train_on)
     if block_size is None:
         raise ValueError(f"{spec}: text corpora need a block_size")
     return TextSource(load_corpus(spec, cache_dir=cache_dir, errors=errors), tokenizer, block_size, cache_dir)

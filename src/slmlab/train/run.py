@@ -23,17 +23,18 @@ def _cache_dir(cfg: RunConfig) -> Path | None:
     return Path(cfg.data_cache) if cfg.data_cache else None
 
 
-def open_data(spec: str, tokenizer, block_size: int, cache_dir: Path | None = None, errors: str = "strict", seed: int = 0):
+def open_data(spec: str, tokenizer, block_size: int, cache_dir: Path | None = None, errors: str = "strict", seed: int = 0,
+              train_on: str = "scored"):
     """``slmlab.data.get_source``; synthetic tasks fix their own sequence length (block_size unused)."""
     from ..data import get_source, parse_task_spec
 
     block = None if parse_task_spec(spec) is not None else block_size
-    return get_source(spec, tokenizer, block, cache_dir=cache_dir, errors=errors, seed=seed)
+    return get_source(spec, tokenizer, block, cache_dir=cache_dir, errors=errors, seed=seed, train_on=train_on)
 
 
 def open_source(cfg: RunConfig, tokenizer):
     """The run's data source."""
-    return open_data(cfg.data, tokenizer, cfg.block_size, _cache_dir(cfg), cfg.data_errors, cfg.seed)
+    return open_data(cfg.data, tokenizer, cfg.block_size, _cache_dir(cfg), cfg.data_errors, cfg.seed, cfg.train_on)
 
 
 def fresh_tokenizer(cfg: RunConfig):
