@@ -72,8 +72,9 @@ class LaurelWeights(nn.Module):
         init_module.zeros_(self.rw_logits)
 
     def forward(self, f: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        w = self.rw_logits.float().softmax(0).to(f.dtype)
-        return w[0] * f + w[1] * x
+        # α f + β x with α + β = 1 is x + α (f − x): one fused lerp instead of two scales and an add
+        alpha = self.rw_logits.float().softmax(0)[0].to(f.dtype)
+        return torch.lerp(x, f, alpha)
 
 
 class PlainSum(nn.Module):
