@@ -47,7 +47,7 @@ def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, ro
     amount = df["amount"].to_numpy(float)
     feats = {
         "amount": amount, "log_amount": np.log1p(np.abs(amount)), "hour": local.dt.hour.to_numpy(),
-        "weekday": local.dt.weekday.to_numpy(),
+        "weekday": local.dt.day_of_week.to_numpy(),
         "distance_home": distance_home if distance_home is not None else np.full(n, np.nan),
     }
     for col in RAW_CATEGORICAL:

@@ -286,7 +286,7 @@ def derive_features(schema: SchemaConfig, df: pd.DataFrame, customers: pd.DataFr
         elif f.derive == "local_hour":
             out[f.name] = local.dt.hour.astype(float)
         elif f.derive == "local_weekday":
-            out[f.name] = local.dt.weekday.astype(float)
+            out[f.name] = local.dt.day_of_week.astype(float)
         elif f.derive == "local_day":
             out[f.name] = local.dt.day.astype(float)
         elif f.derive == "km_from_home":
