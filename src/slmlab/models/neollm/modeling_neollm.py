@@ -246,12 +246,13 @@ _RESIDUAL_LABELS = {
 }
 
 
-def _residual_part(name: str) -> str:
+def _residual_part(name: str, siamese: bool) -> str:
     """``layers.N.residual....`` / ``readout....`` -> a readable residual-side label."""
     for key, label in _RESIDUAL_LABELS.items():
         if key in name:
             return f"residual: {label}"
-    return "SiameseNorm / norms (read-out)" if "readout" in name else "SiameseNorm / norms (per layer)"
+    norms = "SiameseNorm / norms" if siamese else "residual: pre-norms"
+    return f"{norms} (read-out)" if "readout" in name else f"{norms} (per layer)"
 
 
 def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
@@ -269,7 +270,7 @@ def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
         elif ".mlp." in name:
             key, side = _mlp_part(name, model.config.polynorm_exclusive), "MLP total"
         elif ".residual." in name or name.startswith("model.readout."):
-            key, side = _residual_part(name), "SiameseNorm / residual norms total"
+            key, side = _residual_part(name, model.config.use_siamesenorm), "SiameseNorm / residual norms total"
         elif name.startswith("model.embed_tokens."):
             key, side = "embedding table W_E" + (" (tied with lm_head)" if model.config.tie_word_embeddings else ""), None
         elif name.startswith("model.embed_multipliers."):
