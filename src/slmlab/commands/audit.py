@@ -26,7 +26,7 @@ def audit_command(argv: list[str]) -> int:
     overrides = parse_overrides(args.overrides)
     if Path(args.model).is_dir():
         fam = check_saved_model_type(args.model)  # never runs code shipped in the folder
-        check_config_keys(fam.config_class, overrides, f"{fam.name} config")
+        check_config_keys(fam.config_class, overrides, f"{fam.name} config", f"docs/{fam.name}.md")
         cfg = AutoConfig.from_pretrained(args.model, trust_remote_code=False, **overrides)
     else:
         fam, preset = resolve_model_spec(args.model)

@@ -47,7 +47,7 @@ class Family:
         """A config from a preset (default: the class defaults) plus keyword overrides."""
         if preset is not None and preset not in self.presets:
             raise ValueError(f"unknown preset {preset!r} for family {self.name!r}; known: {sorted(self.presets)}")
-        check_config_keys(self.config_class, overrides, f"{self.name} config")
+        check_config_keys(self.config_class, overrides, f"{self.name} config", f"docs/{self.name}.md")
         kwargs = {**(self.presets.get(preset, {}) if preset else {}), **overrides}
         return self.config_class(**kwargs)
 
@@ -78,9 +78,11 @@ def config_keys(config_class: type[PretrainedConfig]) -> frozenset[str]:
     return frozenset(keys)
 
 
-def check_config_keys(config_class: type[PretrainedConfig], keys: Iterable[str], what: str = "config") -> None:
+def check_config_keys(config_class: type[PretrainedConfig], keys: Iterable[str], what: str = "config",
+                      docs: str | None = None) -> None:
     """Raise ``ValueError`` for a key ``config_class`` does not know, listing close matches
-    (``hiden_dim`` -> ``hidden_dim``): a typo must never be stored silently as an unused attribute."""
+    (``hiden_dim`` -> ``hidden_dim``): a typo must never be stored silently as an unused attribute.
+    ``docs`` names the page that lists the fields (``docs/lumen.md``)."""
     known = config_keys(config_class)
     unknown = [k for k in keys if k not in known]
     if not unknown:
@@ -89,9 +91,8 @@ def check_config_keys(config_class: type[PretrainedConfig], keys: Iterable[str],
     for key in unknown:
         close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
         hints.append(f"{key!r}" + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""))
-    raise ValueError(
-        f"unknown {what} key(s): {'; '.join(hints)}; see `slmlab audit` or docs/ for the family's fields"
-    )
+    where = docs or f"the docstring of {config_class.__name__}"
+    raise ValueError(f"unknown {what} key(s): {'; '.join(hints)}; fix the key (every field is listed in {where})")
 
 
 def check_saved_model_type(folder: str | Path) -> Family:
