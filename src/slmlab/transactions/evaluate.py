@@ -55,6 +55,8 @@ def card_precision_at_k(df: pd.DataFrame, s: np.ndarray, k: int = 100) -> float:
 def point_metrics(y: np.ndarray, s: np.ndarray, w: np.ndarray | None = None) -> dict:
     from sklearn.metrics import average_precision_score, roc_auc_score
 
+    if len(np.unique(y)) < 2:  # no positives (or no negatives): nothing to rank
+        return {k: float("nan") for k in ("pr_auc", "roc_auc", "recall_at_fpr_1pct", "recall_at_fpr_0.1pct")}
     return {"pr_auc": float(average_precision_score(y, s, sample_weight=w)),
             "roc_auc": float(roc_auc_score(y, s, sample_weight=w)),
             "recall_at_fpr_1pct": recall_at_fpr(y, s, 0.01, w), "recall_at_fpr_0.1pct": recall_at_fpr(y, s, 0.001, w)}
@@ -77,13 +79,17 @@ def bootstrap(y: np.ndarray, scores: dict[str, np.ndarray], customers: np.ndarra
             draws[name]["roc_auc"].append(roc_auc_score(y, s, sample_weight=w))
     out = {}
     for name, d in draws.items():
-        out[name] = {m: [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] for m, v in d.items()}
+        out[name] = {m: _ci(v) for m, v in d.items()}
     for a, b in pairs:
         diff = np.array(draws[a]["pr_auc"]) - np.array(draws[b]["pr_auc"])
-        out[f"{a} - {b}"] = {"pr_auc": [float(np.percentile(diff, 2.5)), float(np.percentile(diff, 97.5))],
-                             "mean": float(diff.mean())}
+        out[f"{a} - {b}"] = {"pr_auc": _ci(diff), "mean": float(diff.mean()) if len(diff) else float("nan")}
     out["resamples"] = len(next(iter(draws.values()))["pr_auc"]) if draws else 0
     return out
+
+
+def _ci(values) -> list[float]:
+    v = np.asarray(values, dtype=float)
+    return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) else [float("nan")] * 2
 
 
 def hgb_scores(bank: Bank, rolling: bool) -> tuple[np.ndarray, dict]:

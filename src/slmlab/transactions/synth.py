@@ -483,15 +483,20 @@ def _card_testing(cfg: SynthConfig, world: World, rng: np.random.Generator) -> d
     """Campaigns: a fraud device and 1-2 online merchants hit 5-40 customers within 2 h."""
     mean_rate = np.mean([a[0] for a in ARCHETYPES.values()]) * 1.07
     total = cfg.pattern_mix.get("card_testing", 0) * cfg.target_fraud_rate * mean_rate * cfg.n_days * cfg.n_customers
-    n_camp = rng.poisson(total / (22.5 * CASE_SIZE["card_testing"])) if total > 0 else 0
+    # the victim count is drawn once (so the realised rate is not at the mercy of a few big campaigns),
+    # then cut into campaigns of 5-40 victims
+    n_victims = min(cfg.n_customers * 3, int(rng.poisson(total / CASE_SIZE["card_testing"]))) if total > 0 else 0
+    sizes = []
+    while sum(sizes) < n_victims:
+        sizes.append(min(int(rng.integers(5, 41)), n_victims - sum(sizes), cfg.n_customers))
     pool = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in CT_MCCS])
     cashout = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in (5732, 6540, 5944)])
     events: dict[int, list[dict]] = {}
     d = cfg.difficulty
-    for c in range(n_camp):
+    for c, size in enumerate(sizes):
         merchants = _pick(rng, pool, int(rng.integers(1, 3)))
         t0 = int(rng.integers(0, cfg.n_days * 86400))
-        victims = rng.choice(cfg.n_customers, min(cfg.n_customers, int(rng.integers(5, 41))), replace=False)
+        victims = rng.choice(cfg.n_customers, size, replace=False)
         for v in victims:
             k = int(rng.integers(3, 21))
             t = t0 + int(rng.integers(0, 7200)) + np.cumsum(rng.integers(5, 600, k))
@@ -573,8 +578,9 @@ def _to_frame(chunk: list[dict], w: World, start, case_rows: list[dict]) -> pd.D
         avail[i] = r["end"] + round(r["label_delay"])
     label_at = start + pd.to_timedelta(np.where(fraud, avail, 0), unit="s")
     dev = h["device"]
-    device = np.where(dev >= 0, np.char.add(np.char.add(np.char.add("D", h["cust"].astype(str)), "_"), dev.astype(str)),
-                      None)
+    own = np.char.add(np.char.add(np.char.add("D", h["cust"].astype(str)), "_"), dev.astype(str))
+    campaign = np.char.add("FD", (dev - 20_000).astype(str))  # card-testing devices are shared across victims
+    device = np.where(dev >= 20_000, campaign, np.where(dev >= 0, own, None))
     return pd.DataFrame({
         "transaction_id": np.char.add(np.char.add("T", np.char.zfill(h["cust"].astype(str), 6)),
                                       np.char.zfill(h["k"].astype(str), 5)),
@@ -700,5 +706,6 @@ def load_bank(folder: str | Path) -> SynthData:
     if labels.is_file() and "is_fraud" not in tx:
         lab = pd.read_csv(labels, dtype={"transaction_id": str})
         lab["label_available_at"] = pd.to_datetime(lab["label_available_at"], utc=True).astype("datetime64[us, UTC]")
+        lab["is_fraud"] = lab["is_fraud"].astype(np.int8)
         tx = tx.merge(lab, on="transaction_id", how="left")
     return SynthData(tx, read("customers", False), read("merchants", False), read("fraud_cases", False))

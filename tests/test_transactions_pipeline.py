@@ -1,0 +1,175 @@
+"""Transactions: synthetic bank, harness hooks, pretraining resume, scorer, evaluation, CLI end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("sklearn")
+
+from slmlab.cli import main  # noqa: E402
+from slmlab.train.config import OptimConfig  # noqa: E402
+from slmlab.train.optim import build_optimizer  # noqa: E402
+from slmlab.transactions.data import TransactionWindows, prepare_bank  # noqa: E402
+from slmlab.transactions.evaluate import evaluate_models  # noqa: E402
+from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
+from slmlab.transactions.model import TxnEncoderConfig, preset_schema  # noqa: E402
+from slmlab.transactions.score import score_bank, score_transactions  # noqa: E402
+from slmlab.transactions.synth import PATTERNS, SynthConfig, export, generate, load_bank  # noqa: E402
+from slmlab.transactions.training import pretrain  # noqa: E402
+
+SMALL = dict(n_customers=120, n_days=60, n_physical_merchants=600, n_online_merchants=200, target_fraud_rate=0.01,
+             seed=3)
+
+
+@pytest.fixture(scope="module")
+def bank_data():
+    return generate(SynthConfig.from_preset("tiny", **SMALL))
+
+
+@pytest.fixture(scope="module")
+def bank(bank_data):
+    return prepare_bank(bank_data.transactions, preset_schema("lfm2_tiny"), bank_data.customers)
+
+
+def _csv_sha(data, tmp_path) -> str:
+    export(data, tmp_path, "csv")
+    return hashlib.sha256((tmp_path / "transactions.csv").read_bytes()).hexdigest()
+
+
+# -- generator -------------------------------------------------------------------------------------------
+def test_generator_is_deterministic_for_any_chunking(bank_data, tmp_path):
+    again = generate(SynthConfig.from_preset("tiny", **SMALL), chunk_size=7)
+    assert _csv_sha(bank_data, tmp_path / "a") == _csv_sha(again, tmp_path / "b")
+    other = generate(SynthConfig.from_preset("tiny", **{**SMALL, "seed": 4}))
+    assert _csv_sha(other, tmp_path / "c") != _csv_sha(bank_data, tmp_path / "a")
+
+
+def test_every_pattern_present_with_ground_truth(bank_data):
+    tx = bank_data.transactions
+    assert set(tx.loc[tx.is_fraud == 1, "fraud_type"]) == set(PATTERNS)
+    fraud = tx[tx.is_fraud == 1]
+    assert (fraud["label_available_at"] > fraud["timestamp"]).all() and fraud["fraud_case_id"].notna().all()
+    assert tx.loc[tx.is_fraud == 0, "label_available_at"].isna().all()
+    ct = fraud[fraud.fraud_type == "card_testing"]
+    assert ct["device_id"].str.startswith("FD").all()  # the campaign's device, not the victim's own
+    ls = fraud[fraud.fraud_type == "lost_stolen"]
+    assert ((ls.amount >= 60) & (ls.amount < 100)).all() and (ls.auth_method == "no_cvm").all()
+    cf = bank_data.fraud_cases
+    assert cf.loc[cf.fraud_type == "counterfeit_after_compromise", "compromise_merchant_id"].notna().all()
+    assert tx["timestamp"].is_monotonic_increasing  # export order: (timestamp, transaction_id)
+
+
+def test_csv_and_parquet_load_back_equal_and_labels_separate(bank_data, tmp_path):
+    export(bank_data, tmp_path / "csv", "csv")
+    export(bank_data, tmp_path / "pq", "parquet", labels_separate=True)
+    a, b = load_bank(tmp_path / "csv").transactions, load_bank(tmp_path / "pq").transactions
+    pd.testing.assert_frame_equal(a, b[a.columns])
+    pd.testing.assert_frame_equal(a, bank_data.transactions)
+    assert "is_fraud" not in pd.read_parquet(tmp_path / "pq" / "transactions.parquet").columns
+    manifest = json.loads((tmp_path / "pq" / "manifest.json").read_text())
+    assert manifest["rows"]["transactions"] == len(a) and len(manifest["sha256"]) == 5
+
+
+@pytest.mark.slow
+def test_realised_fraud_rate_within_30_percent_of_target():
+    cfg = SynthConfig.from_preset("tiny", n_customers=1000, n_days=90, target_fraud_rate=0.003, seed=11)
+    tx = generate(cfg).transactions
+    rate = tx.is_fraud.mean()
+    assert abs(rate - 0.003) / 0.003 <= 0.3, rate
+    assert set(tx.loc[tx.is_fraud == 1, "fraud_type"]) == set(PATTERNS)
+
+
+# -- harness hooks ---------------------------------------------------------------------------------------
+def test_lr_scales_split_groups_by_longest_prefix():
+    model = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny"))
+    cfg = OptimConfig(lr=1e-3, lr_scales={"encoder.": 0.1, "encoder.embedding.": 0.5})
+    cfg.validate()
+    opt = build_optimizer(model, cfg)
+    lr_of = {id(p): g["base_lr"] for g in opt.param_groups for p in g["params"]}
+    named = dict(model.named_parameters())
+    assert lr_of[id(named["fraud_head.mlp.0.weight"])] == pytest.approx(1e-3)
+    assert lr_of[id(named["encoder.backbone.layers.0.feed_forward.w1.weight"])] == pytest.approx(1e-4)
+    assert lr_of[id(named["encoder.embedding.tables.weight"])] == pytest.approx(5e-4)
+    with pytest.raises(ValueError, match=r"optim.lr_scales\['x'\] must be a number > 0"):
+        OptimConfig(lr_scales={"x": 0}).validate()
+    frozen = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", freeze_backbone=True))
+    trainable = {n for n, p in frozen.named_parameters() if p.requires_grad}
+    assert trainable == {n for n in trainable if n.startswith("fraud_head.")} and trainable
+
+
+def test_window_source_batches_and_exact_pretraining_resume(bank, tmp_path):
+    w = {"train": bank.windows(16, 8, "train"), "validation": bank.windows(16, 8, "validation")}
+    src = TransactionWindows(w, "pretrain")
+    batch = next(src.batches("train", 4, seed=0))
+    assert batch["input_ids"].shape == (4, 16, 15) and batch["attention_mask"].shape == (4, 240)
+    assert torch.equal(batch["labels"], batch["input_ids"])
+    run = ["max_steps=4", "checkpoint_every=2", "progress=false", "batch_size=8", "device=cpu"]
+    straight = pretrain(bank, "lfm2_tiny", tmp_path / "a", run)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    steps = sorted((tmp_path / "b" / "checkpoints").glob("step_*"))
+    assert len(steps) == 2
+    shutil.rmtree(steps[-1])  # as if stopped after step 2
+    resumed = pretrain(bank, "lfm2_tiny", tmp_path / "b", run, resume=True)
+    assert len(straight.losses) == 4 and resumed.losses == straight.losses[2:]  # 2 + resume + 2 == 4, exactly
+    ev = straight.state.last_eval
+    assert {"loss", "ce/merchant_id", "unigram/merchant_id", "history/merchant_id"} <= set(ev)
+
+
+# -- scoring and evaluation ------------------------------------------------------------------------------
+def test_streaming_scorer_scores_each_transaction_once(bank_data):
+    few = bank_data.transactions[bank_data.transactions.customer_id.isin([f"C{i:06d}" for i in range(12)])]
+    bank = prepare_bank(few, preset_schema("lfm2_tiny"), bank_data.customers)
+    model = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", schema=bank.fitted))
+    scores = score_bank(model, bank)
+    assert not np.isnan(scores).any() and len(scores) == len(bank.df)
+    since = bank.cuts["test_start"]
+    part = score_bank(model, bank, since)
+    test = bank.period_mask(since, None)
+    assert (~np.isnan(part) == test).all()
+    np.testing.assert_allclose(part[test], scores[test], rtol=1e-5, atol=1e-6)  # same history either way
+    df = score_transactions(model, bank.df.drop(columns=["row"]), bank.customers)
+    assert df["transaction_id"].is_unique and len(df) == len(bank.df)
+
+
+def test_hgb_baselines_and_report_end_to_end(bank, tmp_path):
+    result = evaluate_models(bank, None, tmp_path, n_boot=20)
+    assert set(result["models"]) == {"hgb_raw", "hgb_rolling"}
+    for m in result["models"].values():
+        assert 0 <= m["pr_auc"] <= 1 and 0 <= m["roc_auc"] <= 1
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "metrics.json").is_file()
+    assert result["bootstrap"]["resamples"] > 0
+
+
+@pytest.mark.slow
+def test_cli_end_to_end_and_fresh_process_scores_match(tmp_path, capsys):
+    bank_dir = tmp_path / "bank"
+    small = [f"{k}={v}" for k, v in {**SMALL, "n_customers": 60, "n_days": 45}.items() if k != "seed"]
+    assert main(["transactions", "generate", "--preset", "tiny", "--seed", "5", "--out", str(bank_dir), *small]) == 0
+    common = ["--data", str(bank_dir), "--threads", "1", "--device", "cpu"]
+    steps = ["max_steps=2", "batch_size=8", "progress=false"]
+    assert main(["transactions", "pretrain", *common, "--out", str(tmp_path / "pre"), *steps]) == 0
+    assert main(["transactions", "finetune", *common, "--encoder", str(tmp_path / "pre"), "--out",
+                 str(tmp_path / "ft"), *steps]) == 0
+    assert main(["transactions", "evaluate", *common, "--model", str(tmp_path / "ft"), "--out",
+                 str(tmp_path / "rep"), "--bootstrap", "10"]) == 0
+    metrics = json.loads((tmp_path / "rep" / "metrics.json").read_text())
+    assert set(metrics["models"]) == {"hgb_raw", "hgb_rolling", "sequence"}
+    assert main(["transactions", "score", *common, "--model", str(tmp_path / "ft"), "--out",
+                 str(tmp_path / "a.csv")]) == 0
+    code = ("import sys; from slmlab.cli import main;"
+            f"sys.exit(main(['transactions', 'score', '--data', r'{bank_dir}', '--model', r'{tmp_path / 'ft'}',"
+            f" '--out', r'{tmp_path / 'b.csv'}', '--threads', '1', '--device', 'cpu']))")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
+    pd.testing.assert_frame_equal(a, b, rtol=1e-6)
+    assert main(["transactions", "pretrain", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "x")]) == 2
+    assert "slmlab transactions: error:" in capsys.readouterr().err
