@@ -157,6 +157,25 @@ class FamilyTester:
         ref = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, self.seq_len // 2 :].reshape(-1))
         torch.testing.assert_close(out.loss, ref, atol=ATOL, rtol=0)
 
+    def test_scored_only_equals_the_full_logit_loss_and_gradients(self):
+        model = self.make_model().train()
+        ids = self.random_ids(model)
+        labels = torch.full_like(ids, -100)
+        labels[:, 3::4] = ids[:, 3::4]  # a few scored positions, as a synthetic task has
+        losses, grads = [], []
+        for scored_only in (False, True):
+            model.zero_grad()
+            torch.manual_seed(1)  # the same dropout masks for both paths
+            out = model(input_ids=ids, labels=labels, scored_only=scored_only, **self.forward_kwargs(ids))
+            out.loss.backward()
+            losses.append(out.loss.detach())
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        assert out.logits.shape == (int((labels[:, 1:] != -100).sum()), model.config.vocab_size)
+        torch.testing.assert_close(losses[1], losses[0], atol=1e-6, rtol=0)
+        assert grads[0].keys() == grads[1].keys()
+        for name, grad in grads[0].items():
+            torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=0, msg=name)
+
     def test_gradient_reaches_every_parameter(self):
         model = self.make_model().train()
         ids = self.random_ids(model)
