@@ -36,7 +36,7 @@ def test_micro_tier_writes_one_line_per_run_with_every_field_and_skips_finished_
 def fixture_lines() -> list[dict]:
     base = dict(schema=SCHEMA, tier="fixture", params_total=1000, params_nonembedding=500, n_layers=2, seed=0,
                 batch_size=8, train_on="scored", steps=10, wall_s=1.0, stop_reason="max_steps reached", token_acc=0.5,
-                exact=0.5, examples=10, best_step=10, best_val_acc=0.5, acc_by_group={}, acc_by_length={},
+                exact=0.5, examples=10, best_step=10, best_val_acc=0.5, acc_by_group={}, exact_by_group={}, acc_by_length={},
                 leakage={}, torch="x", numpy="y")
     lines = []
     for model, acc, floats in (("attn2-z", 0.99, 16384), ("longconv4", 0.4, 16896), ("shortconv4", 0.01, 512)):
@@ -51,7 +51,7 @@ def fixture_lines() -> list[dict]:
     for T in (256, 512):
         lines.append(dict(base, key=f"niah{T}", task="niah", task_spec=f"t5:cpu,T={T}", model="attn2-rope", d_model=64,
                           lr=1e-3, acc=0.7, ci={"acc": [0.6, 0.8]}, state_floats=1, task_config={"T": T},
-                          acc_by_group={str(d): d / 10 for d in range(11)}))
+                          acc_by_group={str(d): d / 10 for d in range(11)}, exact_by_group={str(d): d / 10 for d in range(11)}))
     for model, acc in (("attn2-rope", 0.97), ("pgsm-cpu", 1.0)):
         lines.append(dict(base, key=f"t7{model}", task="t7", task_spec="t7:cpu", model=model, d_model=64, lr=2e-3, acc=acc,
                           ci={"acc": [acc - 0.01, acc]}, state_floats=1, task_config={"T": 128, "distance": 96}))

@@ -4,7 +4,7 @@
   Figure 2 layout).
 * ``t1_acc_vs_state.png``: accuracy vs inference state (floats, log x): the recall–memory trade-off.
 * ``t4_acc_vs_length.png``: induction accuracy vs test length (log x), training length marked.
-* ``t5_depth_length.png`` / ``t6_depth_length.png``: depth × length heat-maps of accuracy.
+* ``t5_depth_length.png`` / ``t6_depth_length.png``: depth × length heat-maps of ``exact``.
 * ``t7_acc_vs_distance.png``: T7 accuracy vs distance per model.
 * ``best_acc.png``: every (task spec, model) at its best lr, with the 95% interval.
 A plot whose data is absent is skipped; :func:`make_plots` returns the files written.
@@ -128,7 +128,7 @@ def _heatmap(plt, lines, path, task, written) -> None:
         lengths = sorted({int(x["task_config"]["T"]) for x in mine})
         grid = np.full((len(lengths), 11), np.nan)
         for x in mine:
-            for depth, acc in x.get("acc_by_group", {}).items():
+            for depth, acc in (x.get("exact_by_group") or x.get("acc_by_group", {})).items():
                 grid[lengths.index(int(x["task_config"]["T"])), int(depth)] = acc
         im = ax.imshow(grid, vmin=0, vmax=1, aspect="auto", cmap="viridis")
         ax.set_xticks(range(11), [f"{d / 10:.1f}" for d in range(11)], fontsize=6)
@@ -136,8 +136,8 @@ def _heatmap(plt, lines, path, task, written) -> None:
         ax.set_xlabel("depth")
         ax.set_ylabel("T")
         ax.set_title(f"{task}: {model}", fontsize=8)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
-    fig.savefig(path, dpi=110)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="exact")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     written.append(path)
 
 

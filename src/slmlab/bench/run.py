@@ -31,7 +31,8 @@ SCHEMA = "slmlab-bench/1"
 RESULT_FIELDS = (
     "schema", "key", "task", "task_spec", "task_config", "tier", "model", "params_total", "params_nonembedding",
     "state_floats", "d_model", "n_layers", "lr", "seed", "batch_size", "train_on", "steps", "wall_s", "stop_reason",
-    "acc", "token_acc", "exact", "ci", "examples", "best_step", "best_val_acc", "acc_by_group", "acc_by_length",
+    "acc", "token_acc", "exact", "ci", "examples", "best_step", "best_val_acc", "acc_by_group", "exact_by_group",
+    "acc_by_length",
     "leakage", "torch", "numpy",
 )
 
@@ -84,6 +85,11 @@ def _test(model, source: TaskSource, device) -> dict:
     out["ci"] = bootstrap_ci(correct, scored)
     out["examples"] = int(correct.size)
     out["acc_by_group"] = {str(k): v for k, v in result.get("acc_by_group", {}).items()}
+    groups = np.asarray(rows["group"])
+    out["exact_by_group"] = (
+        {str(g): float(np.mean(correct[groups == g] == scored[groups == g])) for g in np.unique(groups)}
+        if groups.size == correct.size else {}
+    )
     return out
 
 
