@@ -467,3 +467,22 @@ def test_cli_audit_prints_the_options_and_refuses_bad_values(capsys):
     rc = cli.main(["audit", "neollm", "use_directional_routing=true", "directional_routing_k=64"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("slmlab audit: error: `directional_routing_k`") and "; pick" in err
+
+
+@pytest.mark.parametrize("window, q_len, p", [(None, 9, 1), (3, 9, 2), (4, 2, 2), (None, 1, 2)])
+def test_prefix_sum_visible_mean_equals_the_masked_mean(window, q_len, p):
+    from slmlab.models.neollm.components.attention import visible_mean
+    from slmlab.models.neollm.components.attention.affine import visible_token_mean
+
+    s = 9
+    v = torch.randn(2, 2, s, p, 8, generator=torch.Generator().manual_seed(p))
+    mask = torch.ones(2, s, dtype=torch.long)
+    mask[1, :3] = 0
+    core = AttentionCore(p, local=window is not None, window=window, dropout=0.0)
+    bias = core.bias(mask, q_len, s, window, v.device)
+    if bias.mask is None:
+        bias = AttentionBias(torch.ones(1, 1, q_len * p, s * p, dtype=torch.bool), False)
+    want = visible_mean(v.reshape(2, 2, s * p, 8), bias, q_len * p, 1)
+    got = visible_token_mean(v, mask.bool(), q_len, window).repeat_interleave(p, dim=2)
+    real = mask[:, -q_len:].bool().repeat_interleave(p, dim=1)  # pad query rows are never read
+    assert (got - want).permute(0, 2, 1, 3)[real].abs().max() <= ATOL

@@ -10,7 +10,8 @@ per query head (``W_α``, ``b`` init 0, so ``α = 1``; shared by the IHA slots o
 persistent buffer ``α_ma ∈ R^H`` (init 1).
 
 The same output is ``α_i·SDPA(q, K, V)_i + (α_ma − α_i)·mean_{j visible}(v_j)``: the fused path
-(``ATTENTION_FUNCTIONS["affine"]``) computes exactly that; ``"affine_eager"`` materialises the
+(``ATTENTION_FUNCTIONS["affine"]``) computes exactly that, with the visible mean given by the core
+from prefix sums over tokens (:func:`visible_token_mean`, ``O(S·D)`` also under a window); ``"affine_eager"`` materialises the
 probabilities (``attn_implementation="eager"``). The entries live in ``functions.py``.
 
 ``α_ma`` is an exponential moving average of the batch-mean ``α``: after β used its entry value,
@@ -30,10 +31,36 @@ from torch import nn
 
 @dataclass(frozen=True)
 class AffineTerms:
-    """``alpha [B, T, H]`` (fp32) and the ``alpha_ma [H]`` this call uses (the entry value)."""
+    """``alpha [B, T, H]`` (fp32), the ``alpha_ma [H]`` this call uses (the entry value) and, once the
+    core has computed it, the visible mean ``[B, H_kv, T, D]`` of the fresh tokens (blocked path)."""
 
     alpha: torch.Tensor
     alpha_ma: torch.Tensor
+    mean: torch.Tensor | None = None
+
+
+def visible_token_mean(values: torch.Tensor, valid: torch.Tensor | None, q_len: int, window: int | None) -> torch.Tensor:
+    """Mean of the values each query token may read, by prefix sums over tokens (``O(S·D)``), fp32.
+
+    Query token ``i`` is key token ``S − q_len + i``; it reads key tokens ``s ≤ i`` with ``i − s < W``
+    (no lower bound without a window) that are real (``valid``), all ``P`` slots of each (the IHA
+    mask is token-level). A query that reads nothing (a pad row) gets 0.
+
+    Args:
+        values: ``[B, H_kv, S, P, D]``; valid: ``[B, S]`` bool or None; q_len: ``T``; window: ``W`` or None.
+    Returns:
+        ``[B, H_kv, T, D]``.
+    """
+    b, _, s, p, _ = values.shape
+    w = torch.ones(b, s, device=values.device) if valid is None else valid.float()
+    per_token = values.float().sum(3) * w[:, None, :, None]
+    zero = per_token.new_zeros(per_token[:, :, :1].shape)
+    sums = torch.cat((zero, per_token.cumsum(2)), dim=2)  # [B, H_kv, S + 1, D]
+    counts = torch.cat((w.new_zeros(b, 1), w.cumsum(1)), dim=1)  # [B, S + 1]
+    hi = torch.arange(s - q_len + 1, s + 1, device=values.device)
+    lo = torch.zeros_like(hi) if window is None else (hi - window).clamp(min=0)
+    n = (counts[:, hi] - counts[:, lo]) * p
+    return (sums[:, :, hi] - sums[:, :, lo]) / n.clamp(min=1.0)[:, None, :, None]
 
 
 class AffineScale(nn.Module):
@@ -87,4 +114,4 @@ class NoAffine(nn.Module):
         return None
 
 
-__all__ = ["AffineScale", "AffineTerms", "NoAffine"]
+__all__ = ["AffineScale", "AffineTerms", "NoAffine", "visible_token_mean"]

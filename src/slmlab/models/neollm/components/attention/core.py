@@ -23,11 +23,13 @@ over the last ``T + W − 1`` cached tokens only (older keys are outside every q
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import torch
 from torch import nn
 
 from .....layers.masks import AttentionBias, causal_bias
+from .affine import visible_token_mean
 from .functions import AttentionCall, AttentionFunction, softmax_attention
 from .functions import from_config as attention_function_from_config
 from .local_blocks import blocked_local_attention
@@ -153,6 +155,9 @@ class AttentionCore(nn.Module):
             if state is not None:  # prefill: the cache still gets every key/value
                 state.update(*(x.permute(0, 2, 1, 3, 4).reshape(b, x.shape[2], t * p, x.shape[-1]) for x in (k, v)))
             mask = None if attention_mask is None else attention_mask[:, -t:]
+            if affine is not None:  # the visible mean per query token, by prefix sums over the fresh sequence
+                mean = visible_token_mean(v.permute(0, 2, 1, 3, 4), None if mask is None else mask.bool(), t, window)
+                affine = replace(affine, mean=mean)
             return blocked_local_attention(q, k, v, mask, window, dropout, self.attend, self.scale, affine)
         qs = q.permute(0, 2, 1, 3, 4).reshape(b, h, t * p, q.shape[-1])
         ks = k.permute(0, 2, 1, 3, 4).reshape(b, k.shape[2], t * p, k.shape[-1])
@@ -168,9 +173,13 @@ class AttentionCore(nn.Module):
         if window is not None and kv_len > t + window - 1:  # keys older than every query's window: skip them
             kv_len = t + window - 1
             ks, vs = ks[:, :, -kv_len * p :], vs[:, :, -kv_len * p :]
-        alpha, alpha_ma = (None, None) if affine is None else (affine.alpha, affine.alpha_ma)
-        if alpha is not None:  # [B, T, H] -> one α per pseudo-query row [B, H, T·P]
-            alpha = alpha.transpose(1, 2).repeat_interleave(p, dim=-1)
-        call = AttentionCall(self.bias(attention_mask, t, kv_len, window, q.device), dropout, self.scale, alpha, alpha_ma)
+        alpha, alpha_ma, mean = None, None, None
+        if affine is not None:  # one α per pseudo-query row [B, H, T·P]; the visible mean by prefix sums
+            alpha, alpha_ma = affine.alpha.transpose(1, 2).repeat_interleave(p, dim=-1), affine.alpha_ma
+            valid = None if attention_mask is None else attention_mask[:, -kv_len:].bool()
+            tokens = vs.view(b, vs.shape[1], kv_len, p, d)
+            mean = visible_token_mean(tokens, valid, t, window).repeat_interleave(p, dim=2)
+        bias = self.bias(attention_mask, t, kv_len, window, q.device)
+        call = AttentionCall(bias, dropout, self.scale, alpha, alpha_ma, mean)
         out = self.attend(qs, ks, vs, call)
         return out.view(b, h, t, p, d).permute(0, 2, 1, 3, 4)

@@ -14,7 +14,7 @@ Entries (``docs/neollm-attention.md#attention-core``):
 * ``"affine"`` / ``"affine_eager"``: affine-scaled attention (Bae et al., arXiv 2602.23057;
   ``affine.py``), ``o_i = Σ_j [α_i p_ij + β_i] v_j`` at visible keys with ``β_i = (α_ma − α_i)/N_i``.
   ``"affine"`` uses the exact identity ``α_i·SDPA_i + (α_ma − α_i)·mean_{j visible} v_j`` (the masked
-  mean by prefix sums for a plain causal pattern, by one mask product otherwise); ``"affine_eager"``
+  mean from the core's prefix sums over tokens, ``call.mean``; without it from the mask); ``"affine_eager"``
   materialises ``p`` (dropout before the affine term). The affine term runs in fp32.
 """
 
@@ -40,6 +40,8 @@ class AttentionCall:
         scale: score scale; None means ``1/√D`` of q (the GOAT prior passes ``1/√D`` of the content).
         alpha: affine-scaled attention's ``α`` per query row ``[B, H, N_q]`` (fp32), None without it.
         alpha_ma: the ``α_ma [H]`` of this call (with ``alpha``).
+        mean: the mean visible value per query row ``[B, H_kv, N_q, D]`` (fp32), computed by the core
+            from prefix sums; None lets ``"affine"`` derive it from the mask.
     """
 
     bias: AttentionBias
@@ -47,6 +49,7 @@ class AttentionCall:
     scale: float | None = None
     alpha: torch.Tensor | None = None
     alpha_ma: torch.Tensor | None = None
+    mean: torch.Tensor | None = None
 
 
 AttentionFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionCall], torch.Tensor]
@@ -94,7 +97,8 @@ def affine_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: At
     with torch.autocast(q.device.type, enabled=False):
         alpha = call.alpha[..., None]
         shift = call.alpha_ma[None, :, None, None] - alpha
-        mean = visible_mean(v, call.bias, q.shape[2], q.shape[1] // k.shape[1])
+        g = q.shape[1] // k.shape[1]
+        mean = visible_mean(v, call.bias, q.shape[2], g) if call.mean is None else call.mean.repeat_interleave(g, dim=1)
         return (alpha * out.float() + shift * mean).to(out.dtype)
 
 

@@ -40,7 +40,8 @@ def blocked_local_attention(
         dropout_p: attention-probability dropout.
         attend: the attention function (an entry of ``ATTENTION_FUNCTIONS``).
         scale: score scale passed to ``attend`` (None: ``1/√`` of q's width).
-        affine: :class:`~.affine.AffineTerms` (``alpha [B, T, H]``) or None; α is blocked like q.
+        affine: :class:`~.affine.AffineTerms` (``alpha [B, T, H]``, ``mean [B, H_kv, T, D]``) or None;
+            both are blocked like q.
     Returns:
         ``[B, T, H, P, D]``.
     """
@@ -67,12 +68,15 @@ def blocked_local_attention(
     allowed = allowed | ~allowed.any(-1, keepdim=True)  # rows of padding that see nothing: keep SDPA finite
     allowed = allowed.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)
     # Blocks folded into the batch: 4-D inputs keep SDPA on its fused kernels.
-    alpha, alpha_ma = (None, None) if affine is None else (affine.alpha, affine.alpha_ma)
-    if alpha is not None:  # [B, T, H] -> [B·nb, H, C·P], like the queries
-        alpha = F.pad(alpha, (0, 0, 0, pad), value=1.0).view(b, nb, c, h).permute(0, 1, 3, 2)
-        alpha = alpha.repeat_interleave(p, dim=-1).reshape(b * nb, h, c * p)
+    alpha, alpha_ma, mean = None, None, None
+    if affine is not None:  # α [B, T, H] -> [B·nb, H, C·P]; mean [B, Hk, T, D] -> [B·nb, Hk, C·P, D]
+        alpha = F.pad(affine.alpha, (0, 0, 0, pad), value=1.0).view(b, nb, c, h).permute(0, 1, 3, 2)
+        alpha, alpha_ma = alpha.repeat_interleave(p, dim=-1).reshape(b * nb, h, c * p), affine.alpha_ma
+        dv = affine.mean.shape[-1]
+        mean = F.pad(affine.mean, (0, 0, 0, pad)).view(b, hk, nb, c, dv).transpose(1, 2)
+        mean = mean.repeat_interleave(p, dim=3).reshape(b * nb, hk, c * p, dv)
     bias = AttentionBias(allowed.reshape(b * nb, 1, c * p, 2 * c * p), False)
-    call = AttentionCall(bias, dropout_p, scale, alpha, alpha_ma)
+    call = AttentionCall(bias, dropout_p, scale, alpha, alpha_ma, mean)
     kb, vb = key_blocks(k), key_blocks(v)
     out = attend(
         qb.reshape(b * nb, h, c * p, q.shape[-1]),
