@@ -123,3 +123,12 @@ def test_tiers_filter_by_task_alias_model_and_seed():
     plans = tier_plans("cpu-smoke", tasks=["t1"], models=["attn2-z"], seeds=[0, 1, 2])
     assert [(p.task_name, p.model, p.seed) for p in plans] == [("mqar", "attn2-z", s) for s in (0, 1, 2)]
     assert len({p.key for p in tier_plans("cpu-full")}) == len(tier_plans("cpu-full"))
+
+
+def test_induction_run_reports_accuracy_by_test_length_and_na_for_learned_positions(tmp_path):
+    task = "t4:cpu,n_train=64,n_test=16"
+    rope = run_one(RunPlan(task, "attn2-rope", 1e-3, batch_size=8, max_steps=3, max_time=0.0, eval_every=3), "x", tmp_path)
+    assert set(rope["acc_by_length"]) == {"128", "256"} and all(0 <= v <= 1 for v in rope["acc_by_length"].values())
+    learned = run_one(RunPlan(task, "attn2-z", 1e-3, batch_size=8, max_steps=3, max_time=0.0, eval_every=3), "x", tmp_path)
+    assert learned["acc_by_length"] == {"128": None, "256": None}  # a 64-row position table: n/a beyond it
+    assert learned["task_variant"] == "segment" and learned["examples"] == 16

@@ -23,7 +23,7 @@ import torch
 from ..data.sources import TaskSource
 from ..data.tasks import parse_task_spec
 from ..evaluate.lm import evaluate_batches
-from .models import build_model, count_parameters, make_config, state_floats
+from .models import build_model, count_parameters, state_floats
 from .stats import bootstrap_ci, metrics_from_counts
 from .suite import RunPlan
 
@@ -106,10 +106,9 @@ def _lengths(plan: RunPlan, task, model, device) -> dict:
     for T in lengths:
         if T == task.seq_len:
             continue
-        try:
-            make_config(plan.model, task.vocab_size, T, dict(plan.model_config))
-        except ValueError:
-            out[str(T)] = None  # learned positions / fixed context: n/a at this length
+        limit = model.max_positions()
+        if limit is not None and limit < T:
+            out[str(T)] = None  # learned positions / fixed context of the trained model: n/a at this length
             continue
         other = task.with_length(T)
         source = TaskSource(f"{plan.task},T={T}", other, plan.seed)
