@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from .flows import LayerFlow, Readout
 from .mlp import NeoLLMMLP
-from .residual import SiameseReadout, SiameseResidual
 from .spelling_bee import SpellingBee
 from .unbuilt import UNBUILT, check_built, embedding_multipliers_active
 
@@ -19,13 +19,13 @@ UNBUILT_FLAGS = tuple(flag for flag, doc in UNBUILT.items() if "neollm-residual"
 
 
 def build_residual(config, layer_idx: int) -> nn.Module:
-    """See :meth:`SiameseResidual.from_config`."""
-    return SiameseResidual.from_config(config, layer_idx)
+    """See :meth:`LayerFlow.from_config` (every residual flow, with LNS / GPAS when on)."""
+    return LayerFlow.from_config(config, layer_idx)
 
 
 def build_readout(config) -> nn.Module:
-    """See :meth:`SiameseReadout.from_config`."""
-    return SiameseReadout.from_config(config)
+    """See :meth:`Readout.from_config`."""
+    return Readout.from_config(config)
 
 
 def build_mlp(config) -> NeoLLMMLP:
