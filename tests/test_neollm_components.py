@@ -634,6 +634,10 @@ def test_polynorm_at_init_is_the_mean_of_normalised_powers():
     act(x).sum().backward()
     assert_all_grads(act)
     assert act(x.bfloat16()).dtype == torch.bfloat16
+    moved = x.clone()
+    moved[:, 3] += 1.0
+    d = (act(moved) - act(x)).abs().amax(-1)  # normalised over the feature axis only: position-wise
+    assert torch.all(d[:, :3] == 0) and torch.all(d[:, 4:] == 0)
     mlp = NeoLLMMLP(16, 24, polynorm_exclusive=True, hidden_act="xielu")
     assert isinstance(mlp.act_fn, PolyNorm)
 
@@ -651,3 +655,8 @@ def test_embedding_multipliers_at_one_equal_the_lookup_and_formula():
     torch.testing.assert_close(out, ref, atol=ATOL, rtol=0)
     out.sum().backward()
     assert_all_grads(mult)
+    other = ids.clone()
+    other[:, 2] = (other[:, 2] + 1) % 10
+    with torch.no_grad():
+        d = (mult(emb(other), other) - out).abs().amax(-1)
+    assert torch.all(d[:, :2] == 0) and torch.all(d[:, 3:] == 0)
