@@ -173,3 +173,19 @@ def test_cli_end_to_end_and_fresh_process_scores_match(tmp_path, capsys):
     pd.testing.assert_frame_equal(a, b, rtol=1e-6)
     assert main(["transactions", "pretrain", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "x")]) == 2
     assert "slmlab transactions: error:" in capsys.readouterr().err
+
+
+def test_split_cuts_labels_delay_and_customer_disjoint(bank_data):
+    tx = bank_data.transactions
+    bank = prepare_bank(tx, preset_schema("lfm2_tiny"), bank_data.customers, customer_disjoint=True, seed=1)
+    cuts = bank.cuts
+    assert cuts["n_days"] == 60 and (cuts["train_end"] - cuts["start"]).days == 40
+    assert (cuts["val_start"] - cuts["start"]).days == 42 and (cuts["test_start"] - cuts["start"]).days == 52
+    assert 0 < len(bank.holdout) < 0.4 * tx.customer_id.nunique()
+    w = bank.windows(16, 8, "train")
+    rows = w.rows[w.txn_mask]
+    assert not set(bank.df["customer_id"].to_numpy()[rows]) & bank.holdout
+    assert (bank.df["timestamp"].iloc[rows] < cuts["train_end"]).all()
+    y = bank.labels(cuts["train_end"])
+    late = (bank.df["is_fraud"] == 1) & (bank.df["label_available_at"] > cuts["train_end"])
+    assert (y[late.to_numpy()] == -1).all() and (y[(bank.df["is_fraud"] == 0).to_numpy()] == 0).all()
