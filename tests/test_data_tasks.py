@@ -316,7 +316,7 @@ def test_ar_label_is_the_maps_value_of_the_queried_key():
             mapping = {}
             for k, v in zip(keys, values):
                 assert mapping.setdefault(k, v) == v  # repeated keys keep their value
-            assert x[T - 2] in mapping and y[T - 2] == mapping[x[T - 2]]
+            assert x[T - 2] in mapping and y[T - 2] == mapping[x[T - 2]] == x[T - 1]  # the answer follows the key
         assert len(np.unique(b.labels[:, T - 2])) > 10  # every value occurs as an answer
 
 
@@ -362,7 +362,7 @@ def test_induction_trigger_appears_twice_and_the_label_follows_the_first():
     b = task.make(300, 0, "train")
     for x, y, (q,) in zip(b.inputs, b.labels, b.retrieval_positions):
         s = np.flatnonzero(x == 0)
-        assert len(s) == 2 and s[1] == q == 30 and y[q] == x[s[0] + 1] and x[s[0] + 1] != 0
+        assert len(s) == 2 and s[1] == q == 30 and y[q] == x[s[0] + 1] == x[q + 1] and x[s[0] + 1] != 0
     assert len(np.unique(b.meta["offset"])) > 10
 
 

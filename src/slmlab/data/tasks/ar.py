@@ -6,8 +6,10 @@ occurred; the prediction at that key must be its value. Gated convolutions solve
 the "prior synthetics are easy" control that motivated MQAR (Arora et al., "Zoology",
 arXiv:2312.04927). A model that passes T1 but fails T2 points at a harness bug.
 
-Layout (``T`` tokens): ``[PAD if T is even] k1 v1 ... kP vP COPY k* PAD``: one trailing token after
-the queried key, so the scored position is ``T - 2`` (a shifted label cannot express the last one).
+Layout (``T`` tokens): ``[PAD if T is even] k1 v1 ... kP vP COPY k* v*``: the answer is written after
+the queried key (as the published task writes it; the prediction at ``k*`` cannot see it), so the
+scored position is ``T - 2`` (a shifted label cannot express the last one) and a full next-token LM
+(``train_on: all``) is trained on the answer too.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class AssociativeRecall(Task):
         inputs[:, q] = queried + KEYS[0]
         labels = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
         labels[:, q] = mapping[np.arange(n), queried]
+        inputs[:, q + 1] = labels[:, q]
         return TaskBatch(
             inputs=inputs,
             labels=labels,

@@ -3,8 +3,9 @@
 ``trigger`` (Gu & Dao, "Mamba", arXiv:2312.00752, Table 11; the H3 / Hyena synthetic): content
 tokens uniform in ``1 … V-1``, a trigger ``S`` (id 0) at one random position ``p`` followed by a
 random token ``x``, and ``S`` again near the end; the prediction at the second ``S`` must be ``x``.
-Layout: the second ``S`` sits at ``T - 2`` and one trailing content token follows it (a shifted
-label cannot express the last position), so the scored position is ``T - 2`` and ``p <= T - 5``.
+Layout: the second ``S`` sits at ``T - 2`` and the answer ``x`` follows it (a shifted label cannot
+express the last position; the prediction at ``T - 2`` cannot see ``T - 1``), so the scored position
+is ``T - 2`` and ``p <= T - 5``.
 
 ``segment`` (many supervised positions per row): a segment of ``L = T // 4`` content tokens starting
 at ``s1`` is copied to a later start ``s2`` in ``[T/2, T - L]`` with ``s1 + L <= s2``; positions
@@ -112,6 +113,7 @@ class Induction(Task):
         inputs[:, T - 2] = TRIGGER
         labels = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
         labels[:, T - 2] = inputs[rows, p + 1]
+        inputs[:, T - 1] = labels[:, T - 2]
         return inputs.astype(np.int64), labels, np.full((n, 1), T - 2, dtype=np.int64), (T - 2 - p).astype(np.int64)
 
     def _segment(self, n: int, rng: np.random.Generator):
