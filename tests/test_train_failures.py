@@ -198,7 +198,8 @@ def test_resume_refuses_protected_changes_with_a_diff_and_logs_harmless_ones(cor
     out = tmp_path / "run"
     code, printed, _ = train(capsys, *args_for(corpus, out), "--steps", "2")
     assert code == 0 and f"no checkpoint in {out / 'checkpoints'}; starting fresh" in printed
-    for change, field in ((["--data", str(other_corpus)], "data"), (["seed=7"], "seed"), (["block_size=16"], "block_size")):
+    for change, field in ((["--data", str(other_corpus)], "data"), (["seed=7"], "seed"), (["block_size=16"], "block_size"),
+                          (["vocab_size=400"], "vocab_size"), (["tokenizer=byte"], "tokenizer")):
         code, _, err = train(capsys, *args_for(corpus, out), *change, "--resume", "--steps", "3")
         assert code == 2 and "resuming would change what this run computes" in err and f"{field}: " in err, err
         assert f"--allow-change {field}" in err
