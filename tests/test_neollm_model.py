@@ -49,7 +49,7 @@ def test_default_parameter_budget_matches_the_spec():
     assert rows["Attention total"] == 14_322_304
     assert rows["MLP total"] == 32_685_720
     assert rows["SiameseNorm / residual norms total"] == 44_544
-    assert rows["embedding table W_E"] == rows["lm_head (untied)"] == 64402 * 512
+    assert rows["Embedding table"] == rows["LM head (untied)"] == 64402 * 512
     assert rows["Spelling Bee byte table"] == 256 * 512
     assert rows["Without W_E and lm_head"] == 47_183_640
     assert rows["mlp: FAN_ffn"] == 12 * 262_624 and rows["mlp: xIELU"] == 24

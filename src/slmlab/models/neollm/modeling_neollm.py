@@ -260,7 +260,8 @@ def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
     total. For the seed's defaults the total is 113,131,288 (``docs/neollm.md#parameter-budget``)."""
     rows: dict[str, int] = {}
     sides = {"Attention total": 0, "MLP total": 0, "SiameseNorm / residual norms total": 0}
-    seen: set[int] = set()
+    table_and_head = model.embedding_rows()
+    seen = {id(model.get_input_embeddings().weight), id(model.lm_head.weight)}
     for name, p in model.named_parameters():
         if id(p) in seen:
             continue
@@ -271,24 +272,20 @@ def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
             key, side = _mlp_part(name, model.config.polynorm_exclusive), "MLP total"
         elif ".residual." in name or name.startswith("model.readout."):
             key, side = _residual_part(name, model.config.use_siamesenorm), "SiameseNorm / residual norms total"
-        elif name.startswith("model.embed_tokens."):
-            key, side = "embedding table W_E" + (" (tied with lm_head)" if model.config.tie_word_embeddings else ""), None
         elif name.startswith("model.embed_multipliers."):
             key, side = "embedding multipliers (rho, kappa)", None
         elif name.startswith("model.spelling_bee."):
             key, side = "Spelling Bee byte table", None
-        elif name.startswith("lm_head."):
-            key, side = "lm_head (untied)", None
         else:
             key, side = name.rsplit(".", 1)[0], None
         rows[key] = rows.get(key, 0) + p.numel()
         if side is not None:
             sides[side] += p.numel()
-    total = sum(rows.values())
-    big = sum(v for k, v in rows.items() if k.startswith(("embedding table", "lm_head")))
-    order = ("embedding", "Spelling", "attention", "mlp", "SiameseNorm", "residual", "lm_head")
+    big = sum(table_and_head.values())
+    total = sum(rows.values()) + big
+    order = ("embedding", "Spelling", "attention", "mlp", "SiameseNorm", "residual")
     rank = {k: next((i for i, p in enumerate(order) if k.startswith(p)), len(order)) for k in rows}
-    rows = {k: rows[k] for k in sorted(rows, key=lambda k: rank[k])}  # stable: layer order inside a group
+    rows = {**table_and_head, **{k: rows[k] for k in sorted(rows, key=lambda k: rank[k])}}  # layer order kept
     rows.update(sides)
     rows["Without W_E and lm_head"] = total - big
     rows["Total"] = total
