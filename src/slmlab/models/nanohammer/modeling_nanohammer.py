@@ -106,10 +106,7 @@ class NanoHammerModel(SLMBaseModel, NanoHammerPreTrainedModel):
     def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
         x, mask, cache = inputs.embeds, inputs.attention_mask, inputs.cache
         b, t, _ = x.shape
-        position_ids = inputs.position_ids
-        if tuple(position_ids.shape) not in ((b, t), (1, t)):
-            raise ValueError(f"position_ids must have shape [batch, seq_len] = {(b, t)}, got {tuple(position_ids.shape)}")
-        position_ids = position_ids.expand(b, t)
+        position_ids = inputs.position_ids.expand(b, t)  # [1, T] or [B, T], checked by the frame
         cos, sin = self.rotary_emb(position_ids)
         bias = hammer_bias(mask, t, inputs.past, self.self_offset, x.device)
 
