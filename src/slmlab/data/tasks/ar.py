@@ -48,10 +48,6 @@ class AssociativeRecall(Task):
         return VALUES[1]
 
     @property
-    def seq_len(self) -> int:
-        return self.T
-
-    @property
     def num_pairs(self) -> int:
         return (self.T - 3) // 2
 

@@ -8,7 +8,7 @@ transformers convention (position ``p`` is trained on ``labels[p + 1]``), so
 in the library shifts task labels.
 
 Adding a task: a new module in this package with a frozen dataclass subclassing :class:`Task` (``name``,
-a unique ``task_id``, ``settings``, ``vocab_size``, ``seq_len``, ``_generate``) and a call to
+a unique ``task_id``, ``settings``, ``vocab_size``, a field ``T`` (the row length), ``_generate``) and a call to
 :func:`register_task`; the package imports every module in it, so nothing else needs editing.
 """
 
@@ -79,7 +79,7 @@ def task_rng(seed: int, task_id: int, split: str) -> np.random.Generator:
 class Task(abc.ABC):
     """Base of every synthetic task config.
 
-    Every concrete task defines ``vocab_size`` and ``seq_len`` (fields or properties) and the
+    Every concrete task defines ``vocab_size`` (a field or property), its row length as the field ``T`` and the
     class attributes below; ``n_train``/``n_test`` are the fixed set sizes of the setting.
     """
 
@@ -96,9 +96,9 @@ class Task(abc.ABC):
         """Ids are in ``[0, vocab_size)``."""
 
     @property
-    @abc.abstractmethod
     def seq_len(self) -> int:
-        """``T``, the length of every row."""
+        """``T``, the length of every row (every task names it by its field ``T``)."""
+        return self.T
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field for an impossible config (override and call super)."""

@@ -53,10 +53,6 @@ class DistanceRetrieval(Task):
     def vocab_size(self) -> int:
         return FILLER[1]
 
-    @property
-    def seq_len(self) -> int:
-        return self.T
-
     def validate(self) -> None:
         super().validate()
         top = self.distance if self.max_distance is None else self.max_distance

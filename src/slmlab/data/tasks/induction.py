@@ -61,10 +61,6 @@ class Induction(Task):
         return self.V
 
     @property
-    def seq_len(self) -> int:
-        return self.T
-
-    @property
     def segment_len(self) -> int:
         return self.T // 4
 

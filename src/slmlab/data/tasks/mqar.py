@@ -52,10 +52,6 @@ class MQAR(Task):
     def vocab_size(self) -> int:
         return self.V
 
-    @property
-    def seq_len(self) -> int:
-        return self.T
-
     def validate(self) -> None:
         super().validate()
         if self.T <= 0 or self.T % 2:

@@ -71,10 +71,6 @@ class NeedleInHaystack(Task):
         return VOCAB
 
     @property
-    def seq_len(self) -> int:
-        return self.T
-
-    @property
     def queries(self) -> int:
         return self.count if self.variant == "multiquery" else 1
 

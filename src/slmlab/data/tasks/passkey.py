@@ -60,10 +60,6 @@ class Passkey(Task):
         return 256
 
     @property
-    def seq_len(self) -> int:
-        return self.T
-
-    @property
     def filler_len(self) -> int:
         """Bytes of filler (the needle goes inside it)."""
         return self.T - len(INSTRUCTION) - len(needle(KEY_RANGE[0])) - len(QUESTION) - DIGITS

@@ -50,10 +50,6 @@ class SelectiveCopy(Task):
         return self.A
 
     @property
-    def seq_len(self) -> int:
-        return self.T
-
-    @property
     def noise_slots(self) -> int:
         """``L``."""
         return self.T - 2 * self.M - 1
