@@ -166,6 +166,23 @@ def attach_tokenizer(model, tokenizer) -> None:
             module.set_byte_table(tokenizer)
 
 
+def record_tokenizer(model, tokenizer, seq_len: int, synthetic: bool = False) -> None:
+    """Make every checkpoint tell its clients how to use it: the tokenizer's bos/eos/pad ids go into
+    the model's config and generation config (``config.json`` and ``generation_config.json``, so
+    transformers' ``generate`` and ``pipeline`` stop at end-of-text), and the trained context
+    ``seq_len`` becomes the tokenizer's ``model_max_length``. A synthetic task's ids are its own
+    (the byte tokenizer only labels them), so its ids stay unset, as do ids outside the vocabulary."""
+    if tokenizer is None:
+        return
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        tid = None if synthetic else getattr(tokenizer, name, None)
+        tid = tid if tid is not None and 0 <= tid < model.config.vocab_size else None
+        setattr(model.config, name, tid)
+        if getattr(model, "generation_config", None) is not None:
+            setattr(model.generation_config, name, tid)
+    tokenizer.model_max_length = int(seq_len)
+
+
 def prepare_for_training(model, seq_len: int) -> None:
     """Call the model's optional ``prepare_for_training(seq_len)`` hook, if it defines one: a model
     whose function depends on the training length (e.g. NeoLLM's automatic local-attention window)
@@ -225,6 +242,7 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
     seq_len = first["input_ids"].shape[1]
     model = build_model(cfg, needed_vocab(source, tokenizer), seq_len)
     attach_tokenizer(model, tokenizer)
+    record_tokenizer(model, tokenizer, seq_len, source.is_synthetic)
     prepare_for_training(model, seq_len)
     trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
     if ckpt is not None:

@@ -134,6 +134,8 @@ class Lfm2SmallConfig(PretrainedConfig):
         self.head_dim = check_head_layout(hidden_size, num_attention_heads, num_key_value_heads, None)
         if self.head_dim % 2:
             raise ValueError(f"head dimension hidden_size/num_attention_heads = {self.head_dim} must be even for RoPE")
+        # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)
+        kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs}
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def _validate(self) -> None:

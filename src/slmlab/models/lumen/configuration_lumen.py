@@ -75,4 +75,6 @@ class LumenConfig(PretrainedConfig):
             raise ValueError(f"intermediate_dim must be >= 0 (0 = no MLP sublayer), got {intermediate_dim!r}")
         if self.head_dim % 2:
             raise ValueError(f"head dimension hidden_dim/num_heads = {self.head_dim} must be even for RoPE")
+        # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)
+        kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs}
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)

@@ -235,6 +235,8 @@ class NeoLLMConfig(PretrainedConfig):
             num_key_value_heads, head_dim, max_position_embeddings, partial_rotary_factor,
         )
 
+        # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)
+        kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs}
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
         # Core transformer.

@@ -121,6 +121,8 @@ class PGSMConfig(PretrainedConfig):
         self.rope_layout = rope_layout
         self.use_cache = use_cache
         self._validate()
+        # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)
+        kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs}
         super().__init__(tie_word_embeddings=self.tie_weights, **kwargs)
 
     def _validate(self) -> None:
