@@ -1,0 +1,379 @@
+"""GGUF export: a lumen or lfm2 model, with its own tokenizer, as one llama.cpp file.
+
+Both families are llama.cpp architectures: lumen is ``llama`` (a Llama decoder: RMSNorm, GQA with
+RoPE, SwiGLU) and lfm2 is ``lfm2`` (gated short convolutions beside GQA with QK-norm). The file is
+written with the ``gguf`` package (``pip install "slmlab[export]"``) following llama.cpp's own
+converter (``convert_hf_to_gguf.py``), which is not used:
+
+* tensor names come from ``gguf``'s name map of the architecture (``model.layers.0.self_attn.q_proj``
+  -> ``blk.0.attn_q``; lfm2's final ``embedding_norm`` -> ``token_embd_norm``); a tied LM head is
+  not written (llama.cpp reuses ``token_embd``);
+* llama's q/k rows are permuted per head from the rotate-half RoPE layout (transformers', ours) to the
+  adjacent-pair layout llama.cpp's ``llama`` graph rotates (:func:`permute_qk`); lfm2 runs with
+  rotate-half RoPE in llama.cpp, so its rows stay as they are;
+* lfm2's depthwise conv weight ``[d, 1, K]`` is stored as ``[d, K]`` (llama.cpp's ``{K, d}``);
+  attention layers get their KV head count and conv layers 0 in ``lfm2.attention.head_count_kv``,
+  which is how llama.cpp tells the layer kinds apart;
+* norms, 1-D tensors and the conv kernel stay f32 whatever the dtype; ``f16`` and ``q8_0`` apply to
+  the matrices. ``q8_0`` needs every matrix row to be a whole number of 32-value blocks.
+
+llama.cpp's converter recognises a tokenizer by the hash of a few known vocabularies and rejects
+slmlab's per-run BPE; here the run's own vocabulary is written: tokens in ids order (padded with
+unused ``[PADi]`` tokens up to the model's ``vocab_size``), their types (specials are control
+tokens), the merges in rank order, bos/eos/pad ids, ``tokenizer.ggml.model = "gpt2"`` and the
+pre-tokenizer ``gpt-2``, whose split regex is that of the ``tokenizers`` ByteLevel pre-tokenizer
+slmlab's BPE and byte tokenizers use. Neither adds bos/eos when encoding (as slmlab's tokenizer).
+A model saved without a tokenizer (e.g. a synthetic-task run) gets ``tokenizer.ggml.model = "none"``:
+llama.cpp then takes token ids only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+DTYPES = ("f32", "f16", "q8_0")
+ARCHITECTURES = {"lumen": "llama", "lfm2": "lfm2"}
+Q8_BLOCK = 32
+
+
+def export_gguf(source: Path, out: Path, *, dtype: str = "f32", force: bool = False) -> Path:
+    """Write the model at ``source`` (run, checkpoint or saved-model folder) to the GGUF file ``out``.
+
+    Args:
+        source: a run folder (its newest checkpoint), a checkpoint folder or a saved model folder.
+        out: the ``.gguf`` file to write (its folder is created).
+        dtype: ``f32``, ``f16`` or ``q8_0`` for the weight matrices.
+        force: overwrite ``out`` if it exists.
+    Returns:
+        ``out``.
+    Raises:
+        ValueError: a family llama.cpp does not run, a dtype the model cannot take, an existing
+            ``out`` without ``force``, a tokenizer that is not byte-level BPE.
+    """
+    from ..commands._common import load_for_inference
+    from ..models.registry import check_saved_model_type
+    from ..train.checkpoint import resolve_checkpoint
+
+    check_dtype(dtype)
+    out = Path(out)
+    _check_out_file(out, force)
+    ckpt = resolve_checkpoint(source)
+    family = check_saved_model_type(ckpt)
+    check_family(family.name)
+    _, model, tokenizer, _ = load_for_inference(ckpt, device="cpu")
+    run_name = Path(source).resolve().name
+    return write_gguf(model, tokenizer, out, dtype=dtype, name=run_name)
+
+
+def check_dtype(dtype: str) -> None:
+    """Refuse a dtype other than :data:`DTYPES`."""
+    if dtype not in DTYPES:
+        raise ValueError(f"GGUF dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+
+
+def check_family(family: str) -> None:
+    """Refuse a family llama.cpp has no architecture for, naming those that export."""
+    if family not in ARCHITECTURES:
+        supported = ", ".join(f"{f} (llama.cpp '{a}')" for f, a in ARCHITECTURES.items())
+        raise ValueError(
+            f"family {family!r} has no llama.cpp architecture, so it cannot be exported to GGUF; supported: "
+            f"{supported}; export it with --to hf instead"
+        )
+
+
+def _check_out_file(out: Path, force: bool) -> None:
+    if out.is_dir():
+        raise ValueError(f"{out} is a folder; give the path of the .gguf file to write")
+    if out.exists() and not force:
+        raise ValueError(f"{out} already exists; pass --force to overwrite it, or choose another path")
+
+
+# -- tensors ---------------------------------------------------------------------------------------
+
+
+def permute_qk(weight, n_heads: int):
+    """llama.cpp's q/k row order for its ``llama`` graph: within each head, rows ``[0..D/2)`` and
+    ``[D/2..D)`` (the two halves that rotate-half RoPE pairs) are interleaved to ``0, D/2, 1, D/2+1,
+    ...`` (adjacent pairs). ``weight [n_heads * D, d_in]`` (a numpy array or tensor)."""
+    rows = weight.shape[0]
+    return weight.reshape(n_heads, 2, rows // n_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def unpermute_qk(weight, n_heads: int):
+    """The inverse of :func:`permute_qk`."""
+    rows = weight.shape[0]
+    return weight.reshape(n_heads, rows // n_heads // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def _llama_tensor(name: str, array, config):
+    if name.endswith("self_attn.q_proj.weight"):
+        return permute_qk(array, config.num_heads)
+    if name.endswith("self_attn.k_proj.weight"):
+        return permute_qk(array, config.num_kv_heads)
+    return array
+
+
+def _lfm2_tensor(name: str, array, config):
+    if name.endswith("conv.conv.weight"):
+        return array.reshape(array.shape[0], array.shape[-1])  # [d, 1, K] -> [d, K]
+    return array
+
+
+def _model_tensors(model, arch, transform: Callable) -> Iterator[tuple[str, str, object]]:
+    """``(gguf name, slmlab name, float32 numpy array)`` for every weight the file holds."""
+    import gguf
+
+    config = model.config
+    name_map = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+    table = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight is table
+    for name, tensor in model.state_dict().items():
+        if tied and name == "lm_head.weight":
+            continue  # llama.cpp uses token_embd when output.weight is absent
+        gguf_name = name_map.get_name(name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None:
+            raise ValueError(f"{name} has no GGUF tensor name in llama.cpp's {gguf.MODEL_ARCH_NAMES[arch]!r} architecture")
+        yield gguf_name, name, transform(name, tensor.detach().float().cpu().numpy(), config)
+
+
+def _tensor_type(gguf_name: str, array, dtype: str):
+    """The GGML type of one tensor: f32 for norms, 1-D tensors and the conv kernel (as llama.cpp's
+    converter), ``dtype`` for the matrices."""
+    import gguf
+
+    t = gguf.GGMLQuantizationType
+    if array.ndim == 1 or gguf_name.endswith("_norm.weight") or ".shortconv.conv." in gguf_name:
+        return t.F32
+    return {"f32": t.F32, "f16": t.F16, "q8_0": t.Q8_0}[dtype]
+
+
+# -- architectures ---------------------------------------------------------------------------------
+
+
+def _llama_metadata(writer, config) -> None:
+    if config.intermediate_dim == 0:
+        raise ValueError(
+            "this lumen model has no MLP sublayer (intermediate_dim=0); llama.cpp's 'llama' architecture requires"
+            " one in every block, so it cannot be exported to GGUF (use --to hf)"
+        )
+    writer.add_context_length(config.max_seq_len)
+    writer.add_embedding_length(config.hidden_dim)
+    writer.add_block_count(config.num_layers)
+    writer.add_feed_forward_length(config.intermediate_dim)
+    writer.add_head_count(config.num_heads)
+    writer.add_head_count_kv(config.num_kv_heads)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(float(config.rope_theta))
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_vocab_size(config.vocab_size)
+
+
+def _lfm2_metadata(writer, config) -> None:
+    if config.conv_bias:
+        raise ValueError(
+            "this lfm2 model has conv biases (conv_bias=True); llama.cpp's 'lfm2' architecture has none, so it"
+            " cannot be exported to GGUF (use --to hf)"
+        )
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_layers)
+    writer.add_feed_forward_length(config.effective_intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    # llama.cpp's lfm2 reads a conv layer as one with no KV heads
+    writer.add_head_count_kv([config.num_key_value_heads if kind == "attn" else 0 for kind in config.layer_order])
+    writer.add_rope_freq_base(float(config.rope_theta))
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_shortconv_l_cache(config.conv_kernel_size)
+    writer.add_vocab_size(config.vocab_size)
+
+
+@dataclass(frozen=True)
+class _Architecture:
+    """What one llama.cpp architecture needs from an slmlab family."""
+
+    arch: str  # gguf.MODEL_ARCH member name
+    metadata: Callable  # (writer, config) -> None
+    tensor: Callable  # (slmlab name, array, config) -> array
+
+
+_ARCHITECTURES = {
+    "llama": _Architecture("LLAMA", _llama_metadata, _llama_tensor),
+    "lfm2": _Architecture("LFM2", _lfm2_metadata, _lfm2_tensor),
+}
+
+
+# -- tokenizer -------------------------------------------------------------------------------------
+
+
+@dataclass
+class GGUFVocab:
+    """A tokenizer as llama.cpp's BPE vocabulary reads it.
+
+    Args:
+        tokens: the token strings by id (byte-level alphabet, as in ``tokenizer.json``), padded to the
+            model's vocabulary with ``[PADi]``.
+        types: ``gguf.TokenType`` per token.
+        merges: ``"left right"`` in rank order.
+        bos, eos, pad: special ids (None when the tokenizer has none).
+    """
+
+    tokens: list[str]
+    types: list[int]
+    merges: list[str]
+    bos: int | None
+    eos: int | None
+    pad: int | None
+
+
+def gguf_vocab(tokenizer, vocab_size: int) -> GGUFVocab:
+    """The GGUF vocabulary of a byte-level BPE ``PreTrainedTokenizerFast`` (slmlab's BPE and byte
+    tokenizers), for a model of ``vocab_size`` rows; refuses a tokenizer llama.cpp would split
+    differently."""
+    import gguf
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    _check_byte_level_bpe(spec)
+    vocab = tokenizer.get_vocab()
+    if len(vocab) > vocab_size or max(vocab.values()) >= vocab_size:
+        raise ValueError(
+            f"the tokenizer has {len(vocab)} tokens (largest id {max(vocab.values())}) but the model has only"
+            f" vocab_size={vocab_size} rows; the model and tokenizer do not belong together"
+        )
+    by_id = {i: tok for tok, i in vocab.items()}
+    added = {i: t for i, t in tokenizer.added_tokens_decoder.items()}
+    tokens, types = [], []
+    for i in range(vocab_size):
+        if i not in by_id:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+        elif i in added:
+            tokens.append(added[i].content)
+            types.append(gguf.TokenType.CONTROL if added[i].special else gguf.TokenType.USER_DEFINED)
+        else:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.NORMAL)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"].get("merges") or []]
+    return GGUFVocab(tokens, [int(t) for t in types], merges, tokenizer.bos_token_id, tokenizer.eos_token_id,
+                     tokenizer.pad_token_id)
+
+
+def _check_byte_level_bpe(spec: dict) -> None:
+    """A ``tokenizer.json`` llama.cpp's ``gpt2`` model with the ``gpt-2`` pre-tokenizer reproduces:
+    a BPE model without byte fallback or affixes, no normalizer, a ByteLevel pre-tokenizer with the
+    GPT-2 regex and no prefix space."""
+    model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+    problems = []
+    if model.get("type") != "BPE":
+        problems.append(f"model type {model.get('type')!r} (need BPE)")
+    if model.get("byte_fallback") or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        problems.append("BPE with byte fallback or subword affixes")
+    if spec.get("normalizer") is not None:
+        problems.append(f"a normalizer ({spec['normalizer'].get('type')})")
+    if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
+        problems.append(f"pre-tokenizer {pre.get('type')!r} (need ByteLevel with its regex and no prefix space)")
+    if problems:
+        raise ValueError(
+            "the model's tokenizer is not a byte-level BPE llama.cpp can reproduce: " + "; ".join(problems)
+            + "; train one with `slmlab tokenizer train` or use the byte tokenizer"
+        )
+
+
+def _add_vocab(writer, vocab: GGUFVocab | None, vocab_size: int) -> None:
+    import gguf
+
+    if vocab is None:
+        writer.add_tokenizer_model("none")
+        return
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(vocab.tokens)
+    writer.add_token_types(vocab.types)
+    # an empty list is still written: llama.cpp requires the key for a gpt2 vocabulary (byte tokenizer)
+    writer.add_key_value(gguf.Keys.Tokenizer.MERGES, vocab.merges, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING)
+    for add, token_id in ((writer.add_bos_token_id, vocab.bos), (writer.add_eos_token_id, vocab.eos),
+                          (writer.add_pad_token_id, vocab.pad)):
+        if token_id is not None:
+            add(token_id)
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(False)
+
+
+def _writer_class():
+    """``gguf.GGUFWriter`` that can also write an empty array (it refuses by default)."""
+    import gguf
+
+    class Writer(gguf.GGUFWriter):
+        def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+            if vtype == gguf.GGUFValueType.ARRAY and len(val) == 0 and sub_type is not None:
+                head = self._pack("I", vtype) if add_vtype else b""
+                return head + self._pack("I", sub_type) + self._pack("Q", 0)
+            return super()._pack_val(val, vtype, add_vtype, sub_type=sub_type)
+
+    return Writer
+
+
+# -- the file --------------------------------------------------------------------------------------
+
+
+def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | None = None) -> Path:
+    """Write a lumen or lfm2 ``model`` (and its ``tokenizer``, or None) to the GGUF file ``out``
+    (overwritten; written to a temporary file first, so a failure leaves no partial file).
+
+    Args:
+        model: a ``LumenForCausalLM`` or ``Lfm2SmallForCausalLM``.
+        tokenizer: its byte-level BPE ``PreTrainedTokenizerFast``, or None (ids only).
+        out: the file to write.
+        dtype: ``f32``, ``f16`` or ``q8_0``.
+        name: ``general.name`` (default: the family).
+    """
+    import gguf
+
+    from ..models.registry import get_family
+
+    check_dtype(dtype)
+    family = get_family(model.config.model_type).name
+    check_family(family)
+    arch = _ARCHITECTURES[ARCHITECTURES[family]]
+    model_arch = getattr(gguf.MODEL_ARCH, arch.arch)
+    config = model.config
+    tensors = []
+    for gguf_name, slm_name, array in _model_tensors(model, model_arch, arch.tensor):
+        qtype = _tensor_type(gguf_name, array, dtype)
+        if qtype == gguf.GGMLQuantizationType.Q8_0 and array.shape[-1] % Q8_BLOCK:
+            raise ValueError(
+                f"--dtype q8_0 needs every matrix row to be a multiple of {Q8_BLOCK} values; {slm_name} has rows of"
+                f" {array.shape[-1]}: use --dtype f16 or f32"
+            )
+        tensors.append((gguf_name, array, qtype))
+    vocab = None if tokenizer is None else gguf_vocab(tokenizer, config.vocab_size)
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        writer = _writer_class()(tmp, gguf.MODEL_ARCH_NAMES[model_arch])
+        writer.add_type(gguf.GGUFType.MODEL)
+        writer.add_name(name or family)
+        arch.metadata(writer, config)
+        file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype]
+        writer.add_file_type(int(file_type))
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        _add_vocab(writer, vocab, config.vocab_size)
+        for gguf_name, array, qtype in tensors:
+            writer.add_tensor(gguf_name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
