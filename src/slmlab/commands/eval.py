@@ -1,5 +1,6 @@
 """``slmlab eval``: validation loss, perplexity, bits per byte and task accuracy of a checkpoint
-(the numbers come from :func:`slmlab.evaluate.evaluate_source`)."""
+(the numbers come from :func:`slmlab.evaluate.evaluate_source`), or lm-evaluation-harness tasks
+with ``--tasks`` (:func:`slmlab.evaluate.tasks.run_tasks`; lm-eval is imported only then)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ def eval_command(argv: list[str]) -> int:
       slmlab eval runs/mqar/checkpoints/step_003000 --data mqar:cpu --split test --json
     The tokenizer saved with the checkpoint is used; block size and data cache default to the
     run's own (run.yaml beside the weights). Synthetic tasks also print accuracy per group.
+
+    lm-evaluation-harness tasks (extra: pip install "slmlab[eval]"):
+      slmlab eval runs/quickstart --tasks arc_easy,piqa --limit 100
+      slmlab eval runs/quickstart --tasks my_task --include-path my_tasks/
+    The context window is the run's block_size (--block-size to change it); see docs/eval.md for a
+    task on local JSON files that runs offline.
     """
     from ..evaluate.lm import evaluate_source, family_forward_inputs
     from ..train.precision import autocast_factory
@@ -31,7 +38,15 @@ def eval_command(argv: list[str]) -> int:
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
+    p.add_argument("--tasks", metavar="T1,T2", help="lm-evaluation-harness tasks (names, patterns or .yaml files)")
+    p.add_argument("--include-path", metavar="DIR", help="a folder of extra lm-eval task YAMLs (with --tasks)")
+    p.add_argument("--limit", metavar="N", help="documents per task, or a fraction below 1 (with --tasks)")
+    p.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples (with --tasks; default: the task's)")
     args = p.parse_args(argv)
+    if args.tasks is None and (args.include_path or args.limit or args.num_fewshot is not None):
+        raise ValueError("--include-path, --limit and --num-fewshot apply to lm-eval tasks; add --tasks T1,T2")
+    if args.tasks is not None:
+        return _tasks_command(args)
     ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
     run_cfg = saved_run_config(ckpt)
     data = args.data or run_cfg.get("data")
@@ -59,3 +74,48 @@ def eval_command(argv: list[str]) -> int:
             print(f"{key:<22}{value}")
     return 0
 
+
+def trained_context(model, tokenizer, run_cfg: dict, requested: int | None = None) -> int:
+    """The context window to evaluate with: ``requested`` (--block-size), else the run's
+    ``block_size``, else the tokenizer's ``model_max_length`` when it is a real length, else the
+    config's ``max_position_embeddings``; never more than the model accepts."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    tok_len = getattr(tokenizer, "model_max_length", None)
+    tok_len = tok_len if isinstance(tok_len, int) and tok_len < 1_000_000 else None
+    length = requested or run_cfg.get("block_size") or tok_len or limit or 2048
+    if limit is not None and length > limit:
+        if requested:
+            raise ValueError(f"--block-size {requested} exceeds the model's {limit} positions (max_position_embeddings); lower it")
+        length = limit
+    return int(length)
+
+
+def _tasks_command(args) -> int:
+    """``slmlab eval RUN --tasks ...``: lm-evaluation-harness tasks on the checkpoint."""
+    from ..evaluate.tasks import parse_limit, require_lm_eval, resolve_tasks, run_tasks, split_task_names
+    from ..train.precision import autocast_factory
+    from ..train.run import saved_run_config
+
+    require_lm_eval()  # before loading the model: a missing extra is the first thing to say
+    limit = parse_limit(args.limit)
+    selection = resolve_tasks(split_task_names(args.tasks), args.include_path)  # refused before the model loads
+    if args.data is not None or args.max_batches is not None or args.split != "validation":
+        raise ValueError("--data, --split and --max-batches apply to the bits/byte evaluation; drop them with --tasks")
+    ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
+    if tokenizer is None:
+        raise ValueError(f"{ckpt} has no tokenizer.json; lm-eval tasks need the tokenizer the model was trained with")
+    context = trained_context(model, tokenizer, saved_run_config(ckpt), args.block_size)
+    results = run_tasks(model, tokenizer, selection, max_length=context, limit=limit,
+                        num_fewshot=args.num_fewshot, batch_size=args.batch_size, device=dev,
+                        autocast=autocast_factory(dev))
+    if args.json:
+        print(json.dumps({"checkpoint": str(ckpt), "context": context, "results": results["results"],
+                          "n-samples": results.get("n-samples", {})}, default=str))
+        return 0
+    from lm_eval.utils import make_table
+
+    print(f"checkpoint {ckpt}, context {context} tokens")
+    print(make_table(results))
+    if results.get("groups"):
+        print(make_table(results, "groups"))
+    return 0
