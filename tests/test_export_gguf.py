@@ -149,7 +149,10 @@ def test_untied_head_is_written(tmp_path, bpe):
 
 def test_metadata(tmp_path, bpe):
     model = build("lfm2")
-    _, _, f = read(export_gguf(save(tmp_path, model, bpe), tmp_path / "m.gguf", dtype="f32", force=False))
+    trained = train_bpe(TEXTS, vocab_size=300)
+    trained.model_max_length = 64  # what `slmlab train` records: the context the run trained on
+    _, _, f = read(export_gguf(save(tmp_path, model, trained), tmp_path / "m.gguf", dtype="f32", force=False))
+    assert f["lfm2.context_length"] == 64
     assert f["lfm2.attention.head_count_kv"] == [0, 2, 0]  # conv layers have no KV heads
     assert f["lfm2.shortconv.l_cache"] == 3
     assert f["lfm2.feed_forward_length"] == model.config.effective_intermediate_size
@@ -157,7 +160,8 @@ def test_metadata(tmp_path, bpe):
     model = build("lumen")
     _, _, f = read(export_gguf(save(tmp_path, model, bpe, "lumen"), tmp_path / "l.gguf", dtype="q8_0", force=False))
     assert (f["llama.attention.head_count"], f["llama.attention.head_count_kv"]) == (4, 2)
-    assert f["llama.rope.dimension_count"] == 16 and f["llama.context_length"] == 256
+    assert f["llama.rope.dimension_count"] == 16
+    assert f["llama.context_length"] == 256  # no trained context recorded: the model's position limit
     assert f["general.file_type"] == int(gguf.LlamaFileType.MOSTLY_Q8_0)
 
 
@@ -252,7 +256,7 @@ def llama_cpp_greedy(path, prompt: list[int], n: int):
     """``(n greedy tokens, the Llama)`` from llama.cpp (f32 K/V cache, one thread) after ``prompt``."""
     llama_cpp = pytest.importorskip("llama_cpp")
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=256, n_batch=256, n_threads=1, type_k=0, type_v=0,
-                          seed=0, verbose=False)
+                          logits_all=True, verbose=False)
     llm.eval(prompt)
     out = []
     for _ in range(n):

@@ -15,7 +15,9 @@ converter (``convert_hf_to_gguf.py``), which is not used:
   attention layers get their KV head count and conv layers 0 in ``lfm2.attention.head_count_kv``,
   which is how llama.cpp tells the layer kinds apart;
 * norms, 1-D tensors and the conv kernel stay f32 whatever the dtype; ``f16`` and ``q8_0`` apply to
-  the matrices. ``q8_0`` needs every matrix row to be a whole number of 32-value blocks.
+  the matrices. ``q8_0`` needs every matrix row to be a whole number of 32-value blocks;
+* ``context_length`` (llama.cpp's training context and default ``n_ctx``) is the context the run
+  trained on when recorded (the tokenizer's ``model_max_length``), else the model's position limit.
 
 llama.cpp's converter recognises a tokenizer by the hash of a few known vocabularies and rejects
 slmlab's per-run BPE; here the run's own vocabulary is written: tokens in ids order (padded with
@@ -161,7 +163,6 @@ def _llama_metadata(writer, config) -> None:
             "this lumen model has no MLP sublayer (intermediate_dim=0); llama.cpp's 'llama' architecture requires"
             " one in every block, so it cannot be exported to GGUF (use --to hf)"
         )
-    writer.add_context_length(config.max_seq_len)
     writer.add_embedding_length(config.hidden_dim)
     writer.add_block_count(config.num_layers)
     writer.add_feed_forward_length(config.intermediate_dim)
@@ -179,7 +180,6 @@ def _lfm2_metadata(writer, config) -> None:
             "this lfm2 model has conv biases (conv_bias=True); llama.cpp's 'lfm2' architecture has none, so it"
             " cannot be exported to GGUF (use --to hf)"
         )
-    writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_layers)
     writer.add_feed_forward_length(config.effective_intermediate_size)
@@ -205,6 +205,13 @@ _ARCHITECTURES = {
     "llama": _Architecture("LLAMA", _llama_metadata, _llama_tensor),
     "lfm2": _Architecture("LFM2", _lfm2_metadata, _lfm2_tensor),
 }
+
+
+def trained_context(tokenizer) -> int | None:
+    """The sequence length the model was trained on, as ``slmlab train`` records it (the tokenizer's
+    ``model_max_length``); None when unrecorded (transformers' "no limit" is ~1e30)."""
+    length = getattr(tokenizer, "model_max_length", None)
+    return length if isinstance(length, int) and 0 < length < 10**9 else None
 
 
 # -- tokenizer -------------------------------------------------------------------------------------
@@ -360,6 +367,7 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
         writer = _writer_class()(tmp, gguf.MODEL_ARCH_NAMES[model_arch])
         writer.add_type(gguf.GGUFType.MODEL)
         writer.add_name(name or family)
+        writer.add_context_length(trained_context(tokenizer) or config.max_position_embeddings)
         arch.metadata(writer, config)
         file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
                      "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype]
