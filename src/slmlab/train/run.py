@@ -280,9 +280,68 @@ def sample_text(model, tokenizer, prompt: str, max_new_tokens: int, temperature:
     return tokenizer.decode(out[0], skip_special_tokens=True)
 
 
-def write_report(trainer: Trainer) -> dict:
-    """The final run report (``report.json`` + ``report.md``) of the main rank; returns it."""
+def final_validation(trainer: Trainer) -> tuple[dict, dict]:
+    """``(final, periodic)``: the report's validation figure and what each periodic evaluation read.
+
+    The periodic evaluations (``eval_every``, the curves of ``loss.png``) read the first
+    ``eval_batches`` batches of the validation split, to keep training fast; the figure a report
+    quotes must not silently be that subset. So for a text corpus the final figure is measured again
+    on the whole validation split when the periodic ones were a subset, unless the run was interrupted
+    (a SIGTERM grace period is no time for a full pass; the report then names the subset). Synthetic
+    tasks and custom evaluators keep their last periodic result, with its size named. Either way
+    ``final`` says its ``scope``, ``tokens`` and ``step``.
+    """
+    from ..evaluate.lm import evaluate_source
+    from .signals import exit_status
+
     cfg, st = trainer.cfg, trainer.state
+    bs = cfg.eval_batch_size or cfg.batch_size
+    last = dict(st.last_eval)
+    # a subset unless the split ran out first (fewer rows than eval_batches x batch size)
+    subset = bool(cfg.eval_batches) and (not last or int(last.get("examples", 0)) >= cfg.eval_batches * bs)
+    periodic = {"batches": cfg.eval_batches or "all", "batch_size": bs, "tokens": last.get("tokens"),
+                "scope": f"first {cfg.eval_batches} batches of {bs} sequences" if subset else "whole validation split"}
+    text = trainer.evaluator is None and not trainer.source.is_synthetic
+    if subset and text and exit_status(st.stop_reason) == 0 and last:
+        final = evaluate_source(trainer.model, trainer.source, "validation", bs, None, trainer.forward_inputs,
+                                trainer.device, trainer.autocast)
+        final = {k: v for k, v in final.items() if k != "acc_by_group"}
+        return {**final, "scope": "whole validation split", "step": st.step, "measured_at_end": True}, periodic
+    step = _last_eval_step(trainer)
+    return {**last, "scope": periodic["scope"], "step": step, "measured_at_end": False}, periodic
+
+
+def _last_eval_step(trainer: Trainer) -> int | None:
+    from .metrics import read_metrics
+
+    path = trainer.run_dir / "metrics.jsonl"
+    records = read_metrics(path, "eval") if path.is_file() else []
+    return int(records[-1]["step"]) if records else None
+
+
+def write_loss_plot(trainer: Trainer, final: dict) -> str | None:
+    """``loss.png`` in the run folder from ``metrics.jsonl`` (:func:`slmlab.plots.training_curves`);
+    returns its file name, or None (with a printed note) when matplotlib is missing."""
+    from ..plots import matplotlib_missing, training_curves
+    from .metrics import read_metrics
+
+    missing = matplotlib_missing()
+    if missing:
+        print(f"slmlab train: loss.png not written: {missing}")
+        return None
+    path = trainer.run_dir / "metrics.jsonl"
+    records = read_metrics(path) if path.is_file() else []
+    end = {"": final} if final.get("measured_at_end") else None
+    training_curves({"": records}, trainer.run_dir / "loss.png", f"{trainer.cfg.model} on {trainer.cfg.data}", end)
+    return "loss.png"
+
+
+def write_report(trainer: Trainer) -> dict:
+    """The final run report (``report.json`` + ``report.md`` + ``loss.png``) of the main rank; returns it."""
+    from .environment import run_environment
+
+    cfg, st = trainer.cfg, trainer.state
+    final, periodic = final_validation(trainer)
     report = {
         "model": cfg.model,
         "model_type": trainer.model.config.model_type,
@@ -294,22 +353,31 @@ def write_report(trainer: Trainer) -> dict:
         "tokens_per_s": trainer.tokens_per_s,
         "train_time_s": st.train_time_s,
         "best_val_loss": st.best_val_loss if math.isfinite(st.best_val_loss) else None,
-        "final_eval": st.last_eval,
+        "final_eval": final,
+        "periodic_eval": periodic,
         "checkpoint": str(trainer.last_checkpoint()),
         "config": cfg.to_dict(),
+        "environment": run_environment(trainer.device, next(trainer.model.parameters()).dtype,
+                                       "bf16 autocast" if trainer.autocast else "fp32", trainer.dist.world_size),
     }
     if not trainer.source.is_synthetic and trainer.tokenizer is not None and cfg.sample_tokens:
         report["sample"] = sample_text(trainer.model, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens,
                                        cfg.sample_temperature, cfg.sample_top_k, cfg.seed)
     if trainer.dist.is_main:
         trainer.run_dir.mkdir(parents=True, exist_ok=True)
+        report["plot"] = write_loss_plot(trainer, final)
         (trainer.run_dir / "report.json").write_text(json.dumps(report, indent=2))
         (trainer.run_dir / "report.md").write_text(format_report(report))
     return report
 
 
+def _tokens(n) -> str:
+    return f"{n:,} tokens" if isinstance(n, int) else "? tokens"
+
+
 def format_report(report: dict) -> str:
     ev = report.get("final_eval") or {}
+    periodic = report.get("periodic_eval") or {}
     lines = [
         f"# Run report: {report['model']} on {report['data']}",
         "",
@@ -317,15 +385,30 @@ def format_report(report: dict) -> str:
         f"- steps: {report['steps']} ({report['stop_reason']})",
         f"- tokens seen: {report['tokens_seen']:,} at {report['tokens_per_s']:,.0f} tokens/s ({report['train_time_s']:.0f} s)",
     ]
-    if report.get("best_val_loss") is not None:
-        lines.append(f"- best validation loss: {report['best_val_loss']:.4f} nats/token")
-    if "bits_per_byte" in ev:
-        lines.append(f"- validation bits per byte: {ev['bits_per_byte']:.4f}")
     if "loss" in ev:
-        lines.append(f"- final validation loss {ev['loss']:.4f}, perplexity {ev['ppl']:.2f}, accuracy {ev['acc']:.4f}")
-    if "acc_by_group" in ev:
-        lines.append("- accuracy by group: " + ", ".join(f"{g}: {a:.3f}" for g, a in ev["acc_by_group"].items()))
+        where = f"{ev.get('scope', 'validation split')}, {_tokens(ev.get('tokens'))}"
+        if ev.get("step") is not None:
+            where += f", step {ev['step']}"
+        if "bits_per_byte" in ev:
+            lines.append(f"- validation bits per byte: {ev['bits_per_byte']:.4f} ({where})")
+        lines.append(f"- final validation loss {ev['loss']:.4f}, perplexity {ev['ppl']:.2f}, accuracy {ev['acc']:.4f}"
+                     f" ({where})")
+        if "acc_by_group" in ev:
+            lines.append("- accuracy by group: " + ", ".join(f"{g}: {a:.3f}" for g, a in ev["acc_by_group"].items()))
+    if periodic:
+        lines.append(f"- periodic validation (the curves): {periodic['scope']}, {_tokens(periodic.get('tokens'))} each")
+    if report.get("best_val_loss") is not None:
+        lines.append(f"- best periodic validation loss: {report['best_val_loss']:.4f} nats/token")
     lines.append(f"- checkpoint: {report['checkpoint']}")
+    env = report.get("environment") or {}
+    if env:
+        commit = env.get("git_commit")
+        code = f"slmlab {env.get('slmlab')}" + (f" ({commit[:12]}{', modified' if env.get('git_dirty') else ''})" if commit else "")
+        lines.append(f"- measured with {code}, torch {env.get('torch')}, transformers {env.get('transformers')} on"
+                     f" {env.get('device')} ({env.get('device_name')}), {env.get('dtype')} weights, {env.get('precision')},"
+                     f" {env.get('threads')} threads x {env.get('world_size')} process(es), {env.get('date')}")
+    if report.get("plot"):
+        lines += ["", f"![training curves: loss, validation bits per byte, learning rate]({report['plot']})"]
     if "sample" in report:
         lines += ["", "## Sample", "", report["sample"]]
     return "\n".join(lines) + "\n"
