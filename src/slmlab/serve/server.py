@@ -1,0 +1,80 @@
+"""From a run or checkpoint to a ready app: load the model, find its end-of-text ids, decide between
+continuous batching and a one-at-a-time queue, and build the worker and the routes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .app import ServedModel, build_app
+from .batch import batching_refusal
+from .worker import Worker
+
+
+@dataclass
+class Server:
+    """A built server: ``app`` (FastAPI; run it with uvicorn), its ``worker`` and what it serves.
+
+    ``batching_refusal`` is None when requests are batched, else why they queue.
+    """
+
+    app: object
+    worker: Worker
+    served: ServedModel
+    checkpoint: Path
+    batching_refusal: str | None
+
+    def describe(self) -> list[str]:
+        """The start-up lines: what is served, and how concurrent requests are handled."""
+        model = self.served.model
+        params = sum(p.numel() for p in model.parameters())
+        head = (f"{self.served.name} ({model.config.model_type}, {params:,} parameters, context {self.served.context})"
+                f" from {self.checkpoint}")
+        if self.batching_refusal is None:
+            mode = (f"continuous batching: up to {self.worker.max_batch} requests decode together (left-padded rows"
+                    " over the family's cache)")
+        else:
+            mode = f"one request at a time, the others queue: {self.batching_refusal}"
+        return [head, mode]
+
+
+def build_server(run: str | Path, max_batch: int = 8, max_queue: int = 64, api_key: str | None = None,
+                 model_name: str | None = None, device: str = "auto") -> Server:
+    """Load ``run`` (a run folder, checkpoint or saved model with its tokenizer) and build the server.
+
+    Raises:
+        ValueError: no tokenizer saved with the model, or bad limits.
+    """
+    from ..commands._common import load_for_inference
+
+    if max_batch < 1 or max_queue < 1:
+        raise ValueError(f"max_batch and max_queue must be >= 1, got {max_batch} and {max_queue}")
+    ckpt, model, tokenizer, _ = load_for_inference(run, device)
+    if tokenizer is None:
+        raise ValueError(f"{ckpt} has no tokenizer.json; serve a run or checkpoint saved with its tokenizer")
+    stop_ids = end_of_text_ids(model.config, tokenizer)
+    refusal = "--max-batch 1" if max_batch == 1 else batching_refusal(model)
+    served = ServedModel(model_name or run_name(run, ckpt), model, tokenizer, stop_ids, model.max_positions())
+    worker = Worker(model, stop_ids, max_batch, max_queue, batched=refusal is None)
+    return Server(build_app(served, worker, api_key), worker, served, ckpt, refusal)
+
+
+def end_of_text_ids(config, tokenizer) -> list[int]:
+    """The token ids that end a completion: the config's ``eos_token_id`` (an id or a list) where it
+    names ids inside the vocabulary, else the tokenizer's end-of-text token."""
+    eos = getattr(config, "eos_token_id", None)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    ids = [i for i in ids if isinstance(i, int) and 0 <= i < config.vocab_size]
+    if not ids and tokenizer.eos_token_id is not None:
+        ids = [tokenizer.eos_token_id]
+    return ids
+
+
+def run_name(path: str | Path, ckpt: Path) -> str:
+    """The model id clients send: the run folder's name (not ``step_000100`` or ``checkpoints``)."""
+    folder = Path(path).resolve()
+    if folder.name.startswith("step_"):
+        folder = folder.parent
+    if folder.name == "checkpoints":
+        folder = folder.parent
+    return folder.name or ckpt.name

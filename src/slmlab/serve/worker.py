@@ -1,0 +1,294 @@
+"""The model worker: one thread owns the model and serves every request, batched or one at a time.
+
+Requests wait in a bounded queue (:meth:`Worker.submit` refuses with 503 and ``Retry-After`` when
+it is full). The worker thread then either
+
+* **batches** (:meth:`Worker._run_batched`): between two decoding steps it prefills the waiting
+  requests (up to ``max_batch`` rows) and joins them to the running :class:`DecodeBatch`; each
+  step feeds every row's last token through the model and its cache, samples one token per row
+  with that row's own settings and random generator, and removes rows that finished or whose
+  client went away; or
+* **queues** (:meth:`Worker._run_sequential`): one request at a time through
+  :func:`slmlab.generation.generate` (the family's decode plan when it has one).
+
+Either way a request's events (text deltas, the end with its finish reason and token counts, or an
+error) go back to the event loop through its ``emit`` callback; the worker never blocks on a client.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ..generation import SamplingConfig, generate, sample_next
+from .batch import CannotBatch, DecodeBatch
+from .errors import APIError
+from .text import TextStream
+
+logger = logging.getLogger("slmlab.serve")
+
+RETRY_AFTER_S = 1
+
+
+@dataclass
+class Event:
+    """What the worker tells a request: ``kind`` is ``"delta"`` (``text``), ``"done"`` (``finish_reason``,
+    ``completion_tokens``) or ``"error"`` (``error``)."""
+
+    kind: str
+    text: str = ""
+    finish_reason: str | None = None
+    completion_tokens: int = 0
+    error: APIError | None = None
+
+
+@dataclass
+class Job:
+    """One request inside the worker.
+
+    Args:
+        prompt_ids: the prompt's token ids.
+        max_tokens: the most new tokens.
+        sampling: temperature / top-k / top-p (temperature 0: greedy).
+        seed: seeds the request's own random generator.
+        text: the request's :class:`TextStream` (detokenization and stop strings).
+        emit: called from the worker thread with each :class:`Event` (must be thread-safe).
+    """
+
+    prompt_ids: list[int]
+    max_tokens: int
+    sampling: SamplingConfig
+    seed: int
+    text: TextStream
+    emit: Callable[[Event], None]
+    cancelled: bool = False
+    finished: bool = False
+    tokens: int = 0
+    generator: torch.Generator | None = field(default=None, repr=False)
+
+    def cancel(self) -> None:
+        """The client went away: the worker drops the request at its next step."""
+        self.cancelled = True
+
+
+class _Stop(Exception):
+    """Ends :func:`generate` early from its callback (stop string, or the client went away)."""
+
+
+class Worker:
+    """The single model worker.
+
+    Args:
+        model: an slmlab causal LM in eval mode.
+        stop_ids: end-of-text token ids (a row stops after producing one).
+        max_batch: rows decoded together (1 = one request at a time).
+        max_queue: requests that may wait for a row; more get 503.
+        batched: continuous batching (True) or a queue served one request at a time (False).
+    """
+
+    def __init__(self, model, stop_ids: list[int], max_batch: int, max_queue: int, batched: bool) -> None:
+        self.model = model
+        self.device = model.get_input_embeddings().weight.device
+        self.stop_ids = sorted(set(stop_ids))
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.batched = batched
+        self.waiting: collections.deque[Job] = collections.deque()
+        self.cond = threading.Condition()
+        self.running = 0
+        self.counts = collections.Counter()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="slmlab-serve-worker", daemon=True)
+
+    # -- the event-loop side ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self.cond:
+            self._stopping = True
+            self.cond.notify_all()
+        self._thread.join(timeout=10)
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; 503 with ``Retry-After`` when ``max_queue`` requests already wait."""
+        with self.cond:
+            if len(self.waiting) >= self.max_queue:
+                self.counts["rejected"] += 1
+                raise APIError(503, f"the server is busy: {len(self.waiting)} requests are waiting (--max-queue"
+                               f" {self.max_queue}); retry after {RETRY_AFTER_S} s", code="server_overloaded",
+                               headers={"Retry-After": str(RETRY_AFTER_S)})
+            self.waiting.append(job)
+            self.cond.notify()
+
+    def stats(self) -> dict:
+        with self.cond:
+            return {"running": self.running, "waiting": len(self.waiting), **{k: self.counts[k] for k in
+                    ("completed", "cancelled", "failed", "rejected", "tokens", "peak_running")}}
+
+    # -- the worker thread -----------------------------------------------------------------------
+    def _next_job(self, block: bool) -> Job | None:
+        """The next waiting request that is still wanted (None: nothing waits, or stopping)."""
+        with self.cond:
+            while True:
+                while self.waiting:
+                    job = self.waiting.popleft()
+                    if not job.cancelled:
+                        return job
+                    self.counts["cancelled"] += 1
+                if not block or self._stopping:
+                    return None
+                self.cond.wait()
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        try:
+            (self._run_batched if self.batched else self._run_sequential)()
+        except Exception:  # a bug in the worker itself: log it, fail what waits, keep the process answering 503s
+            logger.exception("the model worker stopped")
+            with self.cond:
+                jobs, self.waiting = list(self.waiting), collections.deque()
+                self.max_queue = 0
+            for job in jobs:
+                job.emit(Event("error", error=APIError(500, "the model worker stopped; see the server log")))
+
+    def _prepare(self, job: Job) -> None:
+        job.generator = torch.Generator(device=self.device).manual_seed(job.seed)
+
+    def _token(self, job: Job, token: int) -> bool:
+        """Record one generated token of ``job``; True when the job has finished."""
+        job.tokens += 1
+        with self.cond:
+            self.counts["tokens"] += 1
+        delta = job.text.push(token)
+        if delta:
+            job.emit(Event("delta", text=delta))
+        reason = None
+        if job.text.stopped or token in self.stop_ids:
+            reason = "stop"
+        elif job.tokens >= job.max_tokens:
+            reason = "length"
+        if reason is not None:
+            self._finish(job, reason)
+        return reason is not None
+
+    def _finish(self, job: Job, reason: str) -> None:
+        job.finished = True
+        rest = job.text.flush()
+        if rest:
+            job.emit(Event("delta", text=rest))
+        job.emit(Event("done", finish_reason=reason, completion_tokens=job.tokens))
+        with self.cond:
+            self.counts["completed"] += 1
+
+    def _fail(self, job: Job, err: Exception) -> None:
+        job.finished = True
+        logger.exception("request failed", exc_info=err)
+        job.emit(Event("error", error=APIError(500, f"generation failed: {type(err).__name__}: {err}")))
+        with self.cond:
+            self.counts["failed"] += 1
+
+    def _drop_cancelled(self, job: Job) -> None:
+        job.finished = True
+        with self.cond:
+            self.counts["cancelled"] += 1
+
+    def _run_sequential(self) -> None:
+        while True:
+            job = self._next_job(block=True)
+            if job is None:
+                return
+            with self.cond:
+                self.running = self.counts["peak_running"] = 1
+            self._prepare(job)
+
+            def on_token(tokens: torch.Tensor, job=job) -> None:
+                if job.cancelled:
+                    raise _Stop
+                if self._token(job, int(tokens[0])):
+                    raise _Stop
+
+            ids = torch.tensor([job.prompt_ids], device=self.device)
+            try:
+                generate(self.model, ids, job.max_tokens, job.sampling, stop_tokens=self.stop_ids, callback=on_token,
+                         generator=job.generator)
+            except _Stop:
+                pass
+            except Exception as err:
+                self._fail(job, err)
+            if job.cancelled and not job.finished:
+                self._drop_cancelled(job)
+            with self.cond:
+                self.running = 0
+
+    def _sample(self, logits: torch.Tensor, jobs: list[Job]) -> list[int]:
+        """One token per row, each with its own sampling settings and generator."""
+        greedy = logits.argmax(-1).tolist()
+        for i, job in enumerate(jobs):
+            if job.sampling.temperature > 0:
+                greedy[i] = int(sample_next(logits[i : i + 1], job.sampling, job.generator)[0])
+        return greedy
+
+    def _run_batched(self) -> None:
+        batch, jobs = DecodeBatch(self.model), []
+        held = None  # (job, cache, token) of a prefilled request whose cache cannot join the current rows
+        while not self._stopping:
+            while len(jobs) < self.max_batch:
+                if held is not None:  # it starts the next batch once the current rows are done
+                    if jobs:
+                        break
+                    job, cache, token = held
+                    held = None
+                    batch.join(cache, token)
+                    jobs.append(job)
+                    continue
+                job = self._next_job(block=not jobs)
+                if job is None:
+                    break
+                self._prepare(job)
+                try:
+                    cache, logits = batch.prefill(job.prompt_ids)
+                    token = self._sample(logits, [job])[0]
+                except Exception as err:
+                    self._fail(job, err)
+                    continue
+                if self._token(job, token):
+                    continue
+                token = torch.tensor([token], device=self.device)
+                try:
+                    batch.join(cache, token)
+                except CannotBatch as err:
+                    logger.info("a request waits for the running batch to finish: %s", err)
+                    held = (job, cache, token)
+                    continue
+                jobs.append(job)
+            keep = []
+            for i, job in enumerate(jobs):
+                if job.cancelled and not job.finished:
+                    self._drop_cancelled(job)
+                if not job.finished:
+                    keep.append(i)
+            if len(keep) != len(jobs):
+                batch.keep(keep)
+                jobs = [jobs[i] for i in keep]
+            with self.cond:
+                self.running = len(jobs)
+                self.counts["peak_running"] = max(self.counts["peak_running"], len(jobs))
+            if not jobs:
+                continue
+            try:
+                logits = batch.step()
+                tokens = self._sample(logits, jobs)
+            except Exception as err:
+                for job in jobs:
+                    self._fail(job, err)
+                batch, jobs = DecodeBatch(self.model), []
+                continue
+            batch.last = torch.tensor(tokens, device=self.device)
+            for job, token in zip(jobs, tokens):
+                self._token(job, token)
