@@ -109,6 +109,23 @@ def resolve_cache_arg(cache, past_key_values):
     return cache
 
 
+@dataclass
+class SLMModelOutput(BaseModelOutputWithPast):
+    """``BaseModelOutputWithPast`` plus ``aux_loss``: the sum of the (already weighted) auxiliary
+    losses the layers added during the forward, or None when none was collected."""
+
+    aux_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class SLMCausalLMOutput(CausalLMOutputWithPast):
+    """``CausalLMOutputWithPast`` plus ``aux_loss``. With labels, ``loss`` already includes
+    ``aux_loss`` (so transformers' Trainer and slmlab's trainer optimise both); ``aux_loss`` reports
+    the auxiliary part alone, and is None for families without one or without labels."""
+
+    aux_loss: torch.FloatTensor | None = None
+
+
 class SLMPreTrainedModel(PreTrainedModel):
     """Base class of every slmlab model: it builds its own :class:`ModelCache` (so ``generate()``
     must not create a ``DynamicCache`` for it). The input embedding table is found by
@@ -148,6 +165,8 @@ class ForwardInputs:
         input_ids: ``[B, T]`` token ids, or None when the caller passed ``inputs_embeds``.
         attention_mask: ``[B, past + T]``, 1 = real token, 0 = padding (left padding), or None.
         hidden_states: the per-layer outputs collected so far when ``output_hidden_states``, else None.
+        aux_losses: the auxiliary losses (weighted scalars) a family's layers added, collected only when
+            the causal LM has labels (else None); the frame sums them into ``aux_loss``.
     """
 
     embeds: torch.Tensor
@@ -159,6 +178,7 @@ class ForwardInputs:
     input_ids: torch.Tensor | None = None
     attention_mask: torch.Tensor | None = None
     hidden_states: list[torch.Tensor] | None = None
+    aux_losses: list[torch.Tensor] | None = None
 
     @property
     def length(self) -> int:
@@ -257,6 +277,7 @@ class SLMBaseModel(SLMPreTrainedModel):
         use_cache: bool | None = None,
         past_key_values: ModelCache | None = None,
         output_hidden_states: bool | None = None,
+        collect_aux_loss: bool = False,
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """Args:
@@ -268,6 +289,8 @@ class SLMBaseModel(SLMPreTrainedModel):
             use_cache: build/return a cache (default ``config.use_cache``).
             output_hidden_states: also return the embeddings and every layer's output
                 (default ``config.output_hidden_states``).
+            collect_aux_loss: let the layers add their auxiliary losses (the causal LM asks when it
+                has labels); their sum is the output's ``aux_loss`` (None when none was added).
             kwargs: the family inputs named in ``family_inputs``; other keys are ignored.
         """
         if output_hidden_states is None:
@@ -276,6 +299,7 @@ class SLMBaseModel(SLMPreTrainedModel):
             self, input_ids, inputs_embeds, attention_mask, position_ids, resolve_cache_arg(cache, past_key_values),
             use_cache, output_hidden_states,
         )
+        inputs.aux_losses = [] if collect_aux_loss else None
         hidden = self.layer_loop(inputs, **{name: kwargs[name] for name in self.family_inputs if name in kwargs})
         if inputs.cache is not None:
             inputs.cache.advance(inputs.length)
@@ -283,8 +307,10 @@ class SLMBaseModel(SLMPreTrainedModel):
         if inputs.hidden_states is not None:
             inputs.hidden_states[-1] = hidden
             hidden_states = tuple(inputs.hidden_states)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden, cache=inputs.cache if inputs.use_cache else None, hidden_states=hidden_states
+        aux_loss = torch.stack(inputs.aux_losses).sum() if inputs.aux_losses else None
+        return SLMModelOutput(
+            last_hidden_state=hidden, cache=inputs.cache if inputs.use_cache else None, hidden_states=hidden_states,
+            aux_loss=aux_loss,
         )
 
 
@@ -294,8 +320,9 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
 
     A family sets ``base_model_class`` (and ``_tied_weights_keys`` if its table is not
     ``model.embed_tokens``); family-specific forward inputs (PGSM's ``retrieval_positions``) pass
-    through ``**family_inputs`` to the base model. ``labels`` are shifted inside; a family with
-    auxiliary losses overrides :meth:`compute_loss`. A family with a decode plan
+    through ``**family_inputs`` to the base model. ``labels`` are shifted inside; auxiliary losses
+    the layers add (``ForwardInputs.aux_losses``) are added to ``loss`` and reported as ``aux_loss``
+    (:meth:`weighted_aux_loss`). A family with a decode plan
     (:mod:`slmlab.generation.plan`) sets ``decode_plan_builder``.
     """
 
@@ -350,6 +377,16 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
 
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor, base_output, num_items_in_batch=None) -> torch.Tensor:
         return causal_lm_loss(logits, labels, getattr(self.config, "ignore_index", -100), num_items_in_batch)
+
+    def weighted_aux_loss(self, aux_loss: torch.Tensor | None, labels: torch.Tensor, num_items_in_batch=None):
+        """The auxiliary term added to ``loss``: ``aux_loss`` itself, or, when ``num_items_in_batch``
+        is given (gradient accumulation: each micro-batch's cross entropy is a sum over the whole
+        step's counted tokens), ``aux_loss`` times this micro-batch's share of them, so the
+        accumulated micro-batches add up to one token-weighted auxiliary term per step."""
+        if aux_loss is None or num_items_in_batch is None:
+            return aux_loss
+        counted = (labels[:, 1:] != getattr(self.config, "ignore_index", -100)).sum().to(aux_loss)
+        return aux_loss * counted / torch.as_tensor(num_items_in_batch, device=aux_loss.device, dtype=aux_loss.dtype)
 
     def scored_logits_and_loss(self, hidden: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None):
         """The LM head only where the shifted label is scored (``forward(..., scored_only=True)``).
@@ -406,6 +443,7 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
             use_cache=use_cache,
             past_key_values=past_key_values,
             output_hidden_states=output_hidden_states,
+            collect_aux_loss=labels is not None,
             **family_inputs,
         )
         hidden = out.last_hidden_state
@@ -416,7 +454,11 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
                 hidden = hidden[:, -logits_to_keep:]
             logits = self.lm_head(hidden)
             loss = self.compute_loss(logits, labels, out, num_items_in_batch) if labels is not None else None
-        result = CausalLMOutputWithPast(
-            loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states
+        aux_loss = None
+        if loss is not None:
+            aux_loss = self.weighted_aux_loss(getattr(out, "aux_loss", None), labels, num_items_in_batch)
+            loss = loss if aux_loss is None else loss + aux_loss
+        result = SLMCausalLMOutput(
+            loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states, aux_loss=aux_loss
         )
         return result if return_dict is not False else result.to_tuple()

@@ -68,6 +68,7 @@ class StepResult:
     grad_norm: float | None  # before clipping; None without clipping
     tokens: int  # over all ranks
     seconds: float
+    aux_loss: float | None = None  # the auxiliary part of ``loss`` (e.g. JTok-M's balance loss); None without one
 
 
 @dataclass
@@ -198,7 +199,7 @@ class Trainer:
         )
 
     # -- one step ------------------------------------------------------------------------------
-    def _micro_step(self, batch: dict, sync: bool) -> tuple[torch.Tensor, int]:
+    def _micro_step(self, batch: dict, sync: bool) -> tuple[torch.Tensor, int, torch.Tensor | None]:
         kwargs = model_inputs(batch, self.forward_inputs, self.device)
         kwargs["labels"] = batch["labels"].to(self.device)
         if self.scored_only:
@@ -211,7 +212,8 @@ class Trainer:
             loss.backward()
         mask = batch.get("attention_mask")
         tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-        return loss.detach(), tokens
+        aux = getattr(out, "aux_loss", None)  # already inside out.loss; logged on its own
+        return loss.detach(), tokens, None if aux is None else aux.detach() / self.cfg.grad_accum
 
     def train_step(self, stream: Iterator[dict]) -> StepResult:
         """One optimiser step: ``grad_accum`` micro-batches from ``stream``, the divergence check,
@@ -223,12 +225,14 @@ class Trainer:
         cfg, st = self.cfg, self.state
         t0 = time.perf_counter()
         lr = set_lr(self.optimizer, lr_factor(st.step, cfg.max_steps, cfg.schedule))
-        loss_sum, tokens = torch.zeros((), device=self.device), 0
+        loss_sum, tokens, aux_sum = torch.zeros((), device=self.device), 0, None
         for micro in range(cfg.grad_accum):
-            loss, n = self._micro_step(next(stream), sync=micro == cfg.grad_accum - 1)
+            loss, n, aux = self._micro_step(next(stream), sync=micro == cfg.grad_accum - 1)
             loss_sum += loss
             tokens += n
+            aux_sum = aux if aux_sum is None else aux_sum + aux  # the model's structure: all or none
         loss_value = float(all_reduce_mean(loss_sum, self.dist))
+        aux_value = None if aux_sum is None else float(all_reduce_mean(aux_sum, self.dist))
         self._check_finite(loss_value)
         grad_norm = None
         if cfg.optim.grad_clip > 0:
@@ -241,7 +245,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        result = StepResult(loss_value, lr, grad_norm, tokens * self.dist.world_size, time.perf_counter() - t0)
+        result = StepResult(loss_value, lr, grad_norm, tokens * self.dist.world_size, time.perf_counter() - t0, aux_value)
         st.step += 1
         st.tokens_seen += result.tokens
         st.train_time_s += result.seconds
@@ -289,6 +293,7 @@ class Trainer:
         metrics.log("train", self.state.step, {
             "loss": step.loss, "lr": step.lr, "grad_norm": step.grad_norm, "tokens": self.state.tokens_seen,
             "tokens_per_s": self._window_tokens / max(self._window_time, 1e-9), "train_time_s": self.state.train_time_s,
+            **({} if step.aux_loss is None else {"aux_loss": step.aux_loss}),
         })
         self._window_tokens, self._window_time = 0, 0.0
 
