@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "tokenizer": "slmlab.commands.tokenizer:tokenizer_command",
     "transactions": "slmlab.transactions.cli:transactions_command",
     "bench": "slmlab.commands.bench:bench_command",
+    "export": "slmlab.commands.export:export_command",
     "serve": "slmlab.commands.serve:serve_command",
 }
 

@@ -1,0 +1,138 @@
+"""``slmlab export RUN --to hf OUT``: a transformers folder that loads without slmlab.
+
+* lumen -> transformers' ``LlamaForCausalLM`` and lfm2 -> ``Lfm2ForCausalLM``: the same
+  state_dict under transformers' own classes (:func:`slmlab.models.lumen.convert.config_to_transformers`,
+  :func:`slmlab.models.lfm2.convert.config_to_transformers`); the export runs both models on a
+  probe batch and refuses to write a conversion whose logits differ by more than 1e-4.
+* pgsm, nanohammer, neollm, and the two configurations with no transformers twin (an attention-only
+  lumen, an lfm2 with ``conv_bias=True``, whose padded rows transformers computes differently) ->
+  a remote-code folder: the model's own source flattened beside the weights
+  (:mod:`slmlab.export.remote_code`) and named in ``config.json``'s ``auto_map``, loaded with
+  ``trust_remote_code=True``.
+
+Every folder also holds the run's tokenizer (``model_max_length`` = the trained context), a
+``generation_config.json`` with bos/eos/pad ids, and a model card ``README.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .common import ExportSource, check_output_folder, load_source, output_folder
+
+HF_DTYPES = ("f32", "f16", "bf16")
+MAX_NATIVE_DIFF = 1e-4  # float32 conversions agree to ~1e-6; more means a wrong mapping
+
+
+@dataclass
+class HFExport:
+    """What was written: ``kind`` is ``native`` or ``remote code``; ``architecture`` the class name;
+    ``why_remote`` why a lumen/lfm2 model was not exported natively; ``max_diff`` the native
+    conversion's measured largest logit difference from slmlab's model (float32 probe batch)."""
+
+    out: Path
+    family: str
+    kind: str
+    architecture: str
+    dtype: str
+    why_remote: str | None = None
+    max_diff: float | None = None
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    if dtype not in HF_DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not available for --to hf; choose one of {', '.join(HF_DTYPES)} (q8_0 is for --to gguf)")
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+
+
+def native_model(src: ExportSource):
+    """``(transformers model with slmlab's weights, None)`` for a family transformers implements,
+    else ``(None, why not)``."""
+    config = src.model.config
+    ids = dict(src.special_ids)
+    if src.family == "lumen":
+        if int(config.intermediate_dim) <= 0:
+            return None, "an attention-only lumen (intermediate_dim=0) has no Llama equivalent"
+        from transformers import LlamaForCausalLM
+
+        from ..models.lumen.convert import config_to_transformers
+
+        hf = LlamaForCausalLM(config_to_transformers(config, **ids))
+    elif src.family == "lfm2":
+        if config.conv_bias:
+            return None, "transformers' Lfm2 computes padded rows differently when conv_bias=True"
+        from transformers import Lfm2ForCausalLM
+
+        from ..models.lfm2.convert import config_to_transformers
+
+        hf = Lfm2ForCausalLM(config_to_transformers(config, **ids))
+    else:
+        return None, None
+    hf.load_state_dict(src.model.state_dict(), strict=True)
+    return hf.eval(), None
+
+
+def max_logit_difference(ours, theirs, vocab_size: int, length: int) -> float:
+    """Largest ``|logit|`` difference of two models on a fixed random ``[2, length]`` batch."""
+    import torch
+
+    ids = torch.randint(0, vocab_size, (2, length), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        return float((ours(input_ids=ids).logits - theirs(input_ids=ids).logits).abs().max())
+
+
+def export_hf(source: str | Path, out: str | Path, *, force: bool = False, dtype: str = "f32") -> HFExport:
+    """Export a run, checkpoint or saved slmlab model as a transformers folder ``out``.
+
+    Args:
+        source: a run folder (its newest checkpoint), a checkpoint folder, or a saved slmlab model.
+        out: the folder to write; an existing non-empty one is refused unless ``force``.
+        force: replace ``out``'s contents (never the folder holding ``source``).
+        dtype: weights' dtype on disk: ``f32`` (default), ``f16`` or ``bf16``.
+    Raises:
+        ValueError: a non-empty ``out`` without ``force``, an unknown dtype, a model with no tokenizer.
+        FileNotFoundError / CheckpointError: nothing usable at ``source``.
+    """
+    from transformers import GenerationConfig
+
+    from ..train.checkpoint import _quiet_hf_progress
+
+    out = Path(out)
+    torch_dtype = _torch_dtype(dtype)
+    check_output_folder(out, force=force, source=Path(source))
+    src = load_source(source)
+    if src.tokenizer is None:
+        raise ValueError(f"{src.checkpoint} has no tokenizer.json; an export carries the model's tokenizer: export a"
+                         " checkpoint saved by slmlab train, or save the tokenizer the model was trained with beside it")
+    hf, why_remote = native_model(src)
+    result = HFExport(out, src.family, "native" if hf is not None else "remote code", "", dtype, why_remote)
+    with output_folder(out, force=force, source=src.checkpoint) as tmp:
+        if hf is not None:
+            length = min(8, src.trained_context or 8, int(src.model.config.max_position_embeddings))
+            result.max_diff = max_logit_difference(src.model, hf, int(src.model.config.vocab_size), length)
+            if not result.max_diff <= MAX_NATIVE_DIFF:
+                raise RuntimeError(f"{type(hf).__name__} built from {src.checkpoint} differs from slmlab's model by"
+                                   f" {result.max_diff:.3g} in the logits (> {MAX_NATIVE_DIFF}); the conversion is wrong")
+            model = hf
+        else:
+            from .remote_code import write_remote_code
+
+            model = src.model
+            model.config.auto_map = write_remote_code(model.config, model, tmp)
+        for name, value in src.special_ids.items():
+            setattr(model.config, name, value)
+        result.architecture = type(model).__name__
+        with _quiet_hf_progress():
+            model.to(torch_dtype).save_pretrained(str(tmp))
+        GenerationConfig(**src.special_ids).save_pretrained(str(tmp))
+        if src.trained_context is not None:
+            src.tokenizer.model_max_length = src.trained_context
+        src.tokenizer.save_pretrained(str(tmp))
+        from .card import model_card
+
+        (tmp / "README.md").write_text(model_card(src, result), encoding="utf-8")
+    return result
+
