@@ -17,6 +17,8 @@ BASE = dict(
     vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
     num_key_value_heads=2, head_dim=16, max_position_embeddings=256, iha_local_global_pattern="LG",
     repo_start_layer=1, attention_dropout=0.0, dropout_rate=0.0,
+    # small generator / JTok-M sizes (used only when those flags are on)
+    generator_d_seed=8, generator_num_modes=2, generator_num_knots=6, generator_krank=4, jtokm_num_modes=2,
 )
 
 # flag -> values (the first value is the seed default or the tiny default).
@@ -65,6 +67,9 @@ FLAGS: dict[str, tuple] = {
     "use_gpas": (False, True),
     "polynorm_exclusive": (False, True),
     "use_embedding_multipliers": (False, True),
+    # embedding side (docs/neollm.md): the Leviathan generator and JTok-M on top of it
+    "use_token_generator": (False, True),
+    "use_jtokm": (False, True),
 }
 
 # The config's constraints between flags: (explanation, predicate that a valid row satisfies).
@@ -82,6 +87,7 @@ CONSTRAINTS = (
         lambda r: sum(bool(r[f]) for f in ("use_laurel", "use_attn_res", "use_stack_memory", "use_siamesenorm")) <= 1,
     ),
     ("use_laurel needs use_laurel_rw or use_laurel_lr", lambda r: not r["use_laurel"] or r["use_laurel_rw"] or r["use_laurel_lr"]),
+    ("use_jtokm needs use_token_generator", lambda r: not r["use_jtokm"] or r["use_token_generator"]),
 )
 
 # Parameters whose gradient is exactly zero at init by construction (their partner starts at 0):
@@ -108,6 +114,10 @@ HAND_PICKED = {
     "attnres-full-gpas": dict(use_siamesenorm=False, use_attn_res=True, attn_res_num_blocks=0, use_gpas=True),
     "stackmemory-polynorm": dict(use_siamesenorm=False, use_stack_memory=True, polynorm_exclusive=True),
     "tied-embedding-multipliers": dict(tie_word_embeddings=True, use_embedding_multipliers=True),
+    "generator-jtokm-siamese": dict(use_token_generator=True, use_jtokm=True),
+    "generator-jtokm-standard-plain": dict(use_token_generator=True, use_jtokm=True, use_siamesenorm=False,
+                                           use_spelling_bee_embeddings=False),
+    "generator-jtokm-attnres": dict(use_token_generator=True, use_jtokm=True, use_siamesenorm=False, use_attn_res=True),
 }
 
 

@@ -1,6 +1,7 @@
 """NeoLLM default model: the shared family suite on a tiny default-stack config, plus the parameter
 budget of the seed's defaults, init identities after from_pretrained, one training step, the baked
-embedding table, the standard topology and the refusal of options not built yet."""
+embedding table and the standard topology (the generator and JTok-M: tests/test_neollm_generator.py,
+tests/test_neollm_jtokm.py)."""
 
 from __future__ import annotations
 
@@ -164,19 +165,6 @@ def test_standard_topology_has_no_siamese_modules():
     assert not any("attn_fuse" in n or "x_scale" in n for n in names)
     assert isinstance(model.model.layers[0].residual.attn_norm, nn.Identity)
     assert sum("residual" in n or "readout" in n for n in names) == 2 * 4 - 1 + 1
-
-
-# -- options of NeoLLM parts 2/3 are refused at construction --------------------------------------------
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        dict(use_token_generator=True),
-        dict(use_token_generator=True, use_jtokm=True),
-    ],
-)
-def test_unbuilt_options_raise_not_implemented(overrides):
-    with pytest.raises(NotImplementedError, match="NeoLLM part 2/3"):
-        NeoLLMForCausalLM(NeoLLMConfig(**{**TINY, **overrides}))
 
 
 def test_cli_audit_prints_the_component_budget(capsys):

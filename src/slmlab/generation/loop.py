@@ -213,7 +213,7 @@ def build_plan(model: torch.nn.Module, capacity: int) -> DecodePlan | None:
     or beyond its length)."""
     if not hasattr(model, "decode_plan"):
         return None
-    if model.get_input_embeddings().weight.dtype not in (torch.float32, torch.float64):
+    if next(model.get_input_embeddings().parameters()).dtype not in (torch.float32, torch.float64):  # a table or a generator
         return None  # RoPE as a complex multiply needs fp32/fp64 pairs (no bfloat16 complex type)
     limit = model.max_positions()
     if limit is not None and capacity > limit:

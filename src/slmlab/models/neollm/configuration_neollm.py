@@ -59,8 +59,9 @@ class NeoLLMConfig(PretrainedConfig):
             (docs/neollm-attention.md#order-of-operations, docs/neollm-residual.md#mlp-and-activations).
         use_lns, use_gpas, use_siamesenorm, siamese_normalized_input, siamese_depth_scaling,
             siamese_attn_x_scale_init, use_embedding_input_norm: norms and residual topology (docs/neollm-residual.md#siamesenorm).
-        use_token_generator, generator_*: Leviathan generator (docs/neollm-residual.md#token-generator).
-        use_jtokm, jtokm_*: JTok-M modulation (docs/neollm-residual.md#jtok-m).
+        use_token_generator, generator_*: Leviathan generator (docs/neollm.md#token-generator);
+            ``generator_spline_degree`` is documentation only (a value other than 2 warns).
+        use_jtokm, jtokm_*: JTok-M modulation and its balance loss (docs/neollm.md#jtok-m).
         use_hadamard_o_proj: Walsh-Hadamard output projection (docs/neollm-attention.md#order-of-operations).
         polynorm_exclusive: PolyNorm replaces the MLP activation (docs/neollm-residual.md#polynorm).
         use_spelling_bee_embeddings: byte-level embedding augmentation (docs/neollm.md#spelling-bee).
@@ -75,13 +76,16 @@ class NeoLLMConfig(PretrainedConfig):
     Raises:
         ValueError: the seed's checks (JTok-M without the generator, JTok-M top-k range, REPO layer
             range, GOAT frequencies / sink decay, IHA pseudo-heads and pattern characters, the
-            residual-flow mutual exclusion, LAUREL sub-flags, StackMemory shapes), plus the head
+            residual-flow mutual exclusion, LAUREL sub-flags, StackMemory shapes), the generator's and
+            JTok-M's sizes when they are on (``generator_k``, ``generator_num_knots``, ``generator_d_seed``,
+            ``generator_num_modes``, ``generator_krank``, ``jtokm_num_modes``, ``jtokm_norm_eps``,
+            ``jtokm_aux_loss_weight``), plus the head
             layout (``H % H_kv``), positive sizes and an even rotary width, which every model
             built from the seed would need as well.
     """
 
     model_type = "neollm"
-    keys_to_ignore_at_inference = []
+    keys_to_ignore_at_inference = ["aux_loss"]  # Trainer's prediction_step: not a logit
 
     def __init__(
         self,
@@ -183,6 +187,13 @@ class NeoLLMConfig(PretrainedConfig):
             use_embedding_multipliers, use_learnable_multipliers, use_token_generator, tie_word_embeddings
         )
         self._check_jtokm(use_jtokm, use_token_generator, jtokm_top_k, jtokm_num_experts)
+        if use_token_generator:
+            self._check_generator(
+                generator_k, generator_num_knots, generator_spline_degree, generator_d_seed=generator_d_seed,
+                generator_num_modes=generator_num_modes, generator_krank=generator_krank,
+            )
+        if use_jtokm:
+            self._check_jtokm_fields(jtokm_num_modes, jtokm_norm_eps, jtokm_aux_loss_weight)
 
         if repo_start_layer is None:
             repo_start_layer = num_hidden_layers // 3
@@ -378,6 +389,30 @@ class NeoLLMConfig(PretrainedConfig):
             raise ValueError(
                 "`jtokm_top_k` must satisfy 1 <= jtokm_top_k < jtokm_num_experts, "
                 f"got jtokm_top_k={top_k}, jtokm_num_experts={num_experts}."
+            )
+
+    @staticmethod
+    def _check_generator(k: int, num_knots: int, spline_degree: int, **sizes: int) -> None:
+        """The Leviathan generator's sizes (docs/neollm.md#token-generator); the degree is documentation only."""
+        if int(k) < 1:
+            raise ValueError(f"`generator_k` must be >= 1 (coordinates per token id), got generator_k={k!r}.")
+        if int(num_knots) < 2:
+            raise ValueError(f"`generator_num_knots` must be >= 2 (knots on [0, 1]), got generator_num_knots={num_knots!r}.")
+        _check_positive(**sizes)
+        if spline_degree != 2:
+            logger.warning(
+                "`generator_spline_degree`=%s is documentation only: the generator always uses the closed-form "
+                "quadratic (degree 2) basis.", spline_degree,
+            )
+
+    @staticmethod
+    def _check_jtokm_fields(num_modes: int, norm_eps: float, aux_loss_weight: float) -> None:
+        _check_positive(jtokm_num_modes=num_modes)
+        if not float(norm_eps) > 0.0:
+            raise ValueError(f"`jtokm_norm_eps` must be > 0, got jtokm_norm_eps={norm_eps!r}; the seed default is 1e-6.")
+        if not float(aux_loss_weight) >= 0.0:
+            raise ValueError(
+                f"`jtokm_aux_loss_weight` must be >= 0, got jtokm_aux_loss_weight={aux_loss_weight!r}; the seed default is 1e-4."
             )
 
     @staticmethod

@@ -11,8 +11,10 @@ Forward with the default flags (``docs/neollm.md#forward``)::
     logits = lm_head(RMSNorm_f(RMSNorm_fx(x) + RMSNorm_fy(y)))
 
 Every mechanism builds itself once in ``__init__`` with ``Mechanism.from_config(config, layer_idx)``
-(the mechanism or its identity twin); options not built yet are refused once, here, from the one
-``UNBUILT`` table. Cross-layer state lives in one :class:`ResidualState` owned by the residual flow
+(the mechanism or its identity twin). The token source is the ``V × D`` table ``embed_tokens`` or
+the Leviathan generator ``token_generator`` (``docs/neollm.md#token-generator``); with JTok-M each
+layer adds a token-indexed modulation to its MLP update and a balance loss to the output's
+``aux_loss`` (``docs/neollm.md#jtok-m``). Cross-layer state lives in one :class:`ResidualState` owned by the residual flow
 (``docs/neollm-residual.md#residual-state-and-flows``), and per-forward values in one
 :class:`ForwardContext`. The only cross-time state is each attention layer's own state in the
 :class:`ModelCache`; everything else here is position-wise, so decoding equals the full forward.
@@ -31,7 +33,8 @@ from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedMod
 from .components import EmbeddingMultipliers, LayerFlow, NeoLLMMLP, Readout, SpellingBee
 from .components.attention import AttentionCore, NeoLLMAttention, training_window
 from .components.context import ForwardContext, ResidualState
-from .components.unbuilt import check_built
+from .components.generator import LeviathanGenerator, no_latents
+from .components.jtokm import JTokM
 from .configuration_neollm import NeoLLMConfig
 
 logger = logging.getLogger(__name__)
@@ -39,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 class NeoLLMDecoderLayer(nn.Module):
     """One decoder layer: residual flow (SiameseNorm, pre-norm, LAUREL, AttnRes or StackMemory, with
-    optional LNS / GPAS; ``docs/neollm-residual.md``), attention, dropout, MLP.
+    optional LNS / GPAS; ``docs/neollm-residual.md``), attention, dropout, MLP and the MLP update's
+    modulation (JTok-M, or the identity).
 
     Args:
         config: the model config; ``layer_idx``: this layer's index ``l``.
@@ -55,12 +59,13 @@ class NeoLLMDecoderLayer(nn.Module):
         self.self_attn = NeoLLMAttention(config, layer_idx)
         self.dropout = nn.Dropout(config.dropout_rate)  # on the attention block output (docs/neollm.md#decisions)
         self.mlp = NeoLLMMLP.from_config(config, layer_idx)
+        self.modulation = JTokM.from_config(config, layer_idx)
 
     def forward(self, state: ResidualState, ctx: ForwardContext, cache_state=None) -> ResidualState:
         u = self.residual.attn_input(state)
         self.residual.add(state, self.dropout(self.self_attn(u, ctx, cache_state, state)))
         u = self.residual.mlp_input(state)
-        self.residual.add(state, self.mlp(u))
+        self.residual.add(state, self.modulation(self.mlp(u), state, ctx))
         return state
 
 
@@ -114,14 +119,21 @@ class NeoLLMPreTrainedModel(SLMPreTrainedModel):
 class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
     """Embedding path, decoder stack and read-out; returns the final hidden state ``h``.
 
+    The token source is ``embed_tokens`` (a ``V × D`` table) or, with ``use_token_generator``,
+    ``token_generator`` (:class:`LeviathanGenerator`; no table exists then).
     ``spelling_bee`` needs its byte table: ``model.model.spelling_bee.set_byte_table(tokenizer)``.
     :meth:`bake_inference_table` precomputes the whole embedding path for eval.
     """
 
     def __init__(self, config: NeoLLMConfig) -> None:
         super().__init__(config)
-        check_built(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        if config.use_token_generator:
+            self._input_embed_layer = "token_generator"
+            self.token_generator = LeviathanGenerator.from_config(config)
+        else:
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # JTok-M's inputs: the generator's latent coordinate of the ids (mode 1), once per forward
+        self._token_latents = self.token_generator.latents if config.use_jtokm else no_latents
         self.embed_multipliers = EmbeddingMultipliers.from_config(config)
         self.spelling_bee = SpellingBee.from_config(config)
         self.layers = nn.ModuleList(NeoLLMDecoderLayer(config, i) for i in range(config.num_hidden_layers))
@@ -130,11 +142,12 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         self._baked_version = -1
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
+    def get_input_embeddings(self) -> nn.Module:
+        """The token source: ``embed_tokens``, or the Leviathan generator when it is on."""
+        return getattr(self, self._input_embed_layer)
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        setattr(self, self._input_embed_layer, value)
         self.drop_inference_table()
 
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
@@ -146,23 +159,26 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         return getattr(self.spelling_bee, "table_version", 0)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """``e = SpellingBee(ρ_ids·(W_E[ids] ⊙ κ), ids)`` (the multipliers only when built), or one
-        lookup in the baked table (eval only)."""
+        """``e = SpellingBee(ρ_ids·(W_E[ids] ⊙ κ), ids)`` (the multipliers only when built; the
+        generator's output in place of ``W_E[ids]`` when it is on), or one lookup in the baked table
+        (eval only)."""
         if self.baked_embeddings is not None and not self.training and self._baked_version == self._table_version():
             return self.baked_embeddings[input_ids]
         return self._embed_live(input_ids)
 
     def _embed_live(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.spelling_bee(self.embed_multipliers(self.embed_tokens(input_ids), input_ids), input_ids)
+        return self.spelling_bee(self.embed_multipliers(self.get_input_embeddings()(input_ids), input_ids), input_ids)
 
     @torch.no_grad()
     def bake_inference_table(self, chunk_size: int = 4096) -> torch.Tensor:
         """Precompute the final embedding of every id (``[V, D]``, a non-persistent buffer) so that
         eval-mode forwards embed with a single lookup. Dropped by ``train()``, by a new byte table
-        and by ``load_state_dict``; it never writes into ``W_E``."""
+        and by ``load_state_dict``; it never writes into ``W_E``. With the generator the table holds
+        its output; JTok-M's latent coordinate still runs per forward on the ids."""
         rows = []
+        device = next(self.get_input_embeddings().parameters()).device
         for start in range(0, self.config.vocab_size, chunk_size):
-            ids = torch.arange(start, min(start + chunk_size, self.config.vocab_size), device=self.embed_tokens.weight.device)
+            ids = torch.arange(start, min(start + chunk_size, self.config.vocab_size), device=device)
             rows.append(self._embed_live(ids[None])[0])
         self.baked_embeddings = torch.cat(rows)
         self._baked_version = self._table_version()
@@ -190,7 +206,8 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         validate_embeds(inputs_embeds, cfg.hidden_size)
 
     def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
-        ctx = ForwardContext(inputs.position_ids, inputs.attention_mask, inputs.input_ids)
+        ids = inputs.input_ids
+        ctx = ForwardContext(inputs.position_ids, inputs.attention_mask, ids, inputs.aux_losses, self._token_latents(ids))
         state = self.readout.start(inputs.embeds)
         for i, layer in enumerate(self.layers):
             layer(state, ctx, inputs.state(i))
@@ -208,6 +225,26 @@ class NeoLLMForCausalLM(SLMForCausalLM, NeoLLMPreTrainedModel):
     def bake_inference_table(self, chunk_size: int = 4096) -> torch.Tensor:
         """See :meth:`NeoLLMModel.bake_inference_table`."""
         return self.model.bake_inference_table(chunk_size)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        """transformers' resize, refused with the generator: its coordinates and codebooks are sized
+        for the vocabulary it was built with, and it has no table rows to add."""
+        if isinstance(self.get_input_embeddings(), LeviathanGenerator):
+            raise ValueError(
+                "resize_token_embeddings is not supported with use_token_generator=True: the Leviathan generator has no"
+                " table to resize (its codebooks are sized for vocab_size); build a new model with the new vocab_size"
+            )
+        return super().resize_token_embeddings(*args, **kwargs)
+
+    def embedding_rows(self) -> dict[str, int]:
+        """The shared audit rows, or with the generator its parameter count (the dense table it
+        replaces named in the label) and the untied head."""
+        source = self.get_input_embeddings()
+        if not isinstance(source, LeviathanGenerator):
+            return super().embedding_rows()
+        dense = self.config.vocab_size * self.config.hidden_size
+        label = f"Leviathan generator (replaces a {dense:,}-parameter V x D table)"
+        return {label: sum(p.numel() for p in source.parameters()), "LM head (untied)": self.lm_head.weight.numel()}
 
 
 _ATTENTION_LABELS = {
@@ -261,7 +298,7 @@ def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
     rows: dict[str, int] = {}
     sides = {"Attention total": 0, "MLP total": 0, "SiameseNorm / residual norms total": 0}
     table_and_head = model.embedding_rows()
-    seen = {id(model.get_input_embeddings().weight), id(model.lm_head.weight)}
+    seen = {id(p) for p in model.get_input_embeddings().parameters()} | {id(model.lm_head.weight)}
     for name, p in model.named_parameters():
         if id(p) in seen:
             continue
@@ -276,6 +313,8 @@ def audit_parameters(model: NeoLLMForCausalLM) -> dict[str, int]:
             key, side = "embedding multipliers (rho, kappa)", None
         elif name.startswith("model.spelling_bee."):
             key, side = "Spelling Bee byte table", None
+        elif ".modulation." in name:
+            key, side = "JTok-M modulation (all layers)", None
         else:
             key, side = name.rsplit(".", 1)[0], None
         rows[key] = rows.get(key, 0) + p.numel()

@@ -1,15 +1,17 @@
 """NeoLLM components, one module per mechanism; each builds itself with
 ``Mechanism.from_config(config, layer_idx)``. ``attention/`` holds the attention block and its
 positional machinery; the files here hold the residual flow and its typed state (``context.py``),
-norms, MLP, the embedding side and the one table of unbuilt options (``unbuilt.py``)."""
+norms, MLP, the embedding side (table, Leviathan generator, Spelling Bee) and JTok-M."""
 
 from .activations import XIELU, PolyNorm, make_activation
 from .attn_res import AttnResReadout, AttnResResidual, DepthAttention
-from .build import build_mlp, build_readout, build_residual, build_spelling_bee, check_built
+from .build import build_mlp, build_readout, build_residual, build_spelling_bee
 from .context import FlowEnds, ForwardContext, ResidualFlow, ResidualState
 from .fan import FANFeatures, NoFAN, make_fan
 from .flows import LayerFlow, NormScaledFlow, Readout
+from .generator import LeviathanGenerator, TokenLatents
 from .gpas import GPAS, NoGPAS
+from .jtokm import JTokM, NoModulation
 from .laurel import LaurelResidual
 from .lns import LayerNormScaling
 from .mlp import NeoLLMMLP
@@ -23,7 +25,6 @@ from .multipliers import (
 from .residual import PreNormReadout, PreNormResidual, SiameseReadout, SiameseResidual
 from .spelling_bee import NoSpellingBee, SpellingBee
 from .stack_memory import StackMemory, StackMemoryReadout, StackMemoryResidual
-from .unbuilt import UNBUILT
 
 __all__ = [
     "AttnResReadout",
@@ -31,6 +32,8 @@ __all__ = [
     "DepthAttention",
     "EmbeddingMultipliers",
     "GPAS",
+    "JTokM",
+    "LeviathanGenerator",
     "LaurelResidual",
     "LayerFlow",
     "LayerNormScaling",
@@ -42,14 +45,15 @@ __all__ = [
     "StackMemory",
     "StackMemoryReadout",
     "StackMemoryResidual",
+    "TokenLatents",
     "FANFeatures",
     "FlowEnds",
     "ForwardContext",
     "ResidualFlow",
     "ResidualState",
-    "UNBUILT",
     "NeoLLMMLP",
     "NoFAN",
+    "NoModulation",
     "NoSpellingBee",
     "PreNormReadout",
     "PreNormResidual",
@@ -63,7 +67,6 @@ __all__ = [
     "build_readout",
     "build_residual",
     "build_spelling_bee",
-    "check_built",
     "make_activation",
     "make_fan",
     "multiplied_linear",

@@ -134,7 +134,8 @@ class AttnResResidual(nn.Module):
 
     def mlp_input(self, state: ResidualState) -> torch.Tensor:
         state.sublayer = 1
-        return self.mlp_norm(self.mlp_agg([*state.sources, *state.streams]))
+        state.mlp_stream = self.mlp_agg([*state.sources, *state.streams])  # h_m
+        return self.mlp_norm(state.mlp_stream)
 
     def add(self, state: ResidualState, update: torch.Tensor) -> None:
         state.streams = self._combine[state.sublayer](state.streams, update)

@@ -1,8 +1,7 @@
 """Compatibility names of the residual / embedding / MLP side.
 
-Every mechanism now builds itself with ``Mechanism.from_config(config, layer_idx)`` and the unbuilt
-options live in one table (:mod:`.unbuilt`); these functions forward there so earlier callers keep
-working.
+Every mechanism builds itself with ``Mechanism.from_config(config, layer_idx)``; these functions
+forward there so earlier callers keep working.
 """
 
 from __future__ import annotations
@@ -11,11 +10,8 @@ from torch import nn
 
 from .flows import LayerFlow, Readout
 from .mlp import NeoLLMMLP
+from .multipliers import embedding_multipliers_active
 from .spelling_bee import SpellingBee
-from .unbuilt import UNBUILT, check_built, embedding_multipliers_active
-
-# Residual / embedding options not built yet (the rows of `UNBUILT` on this side).
-UNBUILT_FLAGS = tuple(flag for flag, doc in UNBUILT.items() if "neollm-residual" in doc and flag != "use_embedding_multipliers")
 
 
 def build_residual(config, layer_idx: int) -> nn.Module:
@@ -39,11 +35,9 @@ def build_spelling_bee(config) -> nn.Module:
 
 
 __all__ = [
-    "UNBUILT_FLAGS",
     "build_mlp",
     "build_readout",
     "build_residual",
     "build_spelling_bee",
-    "check_built",
     "embedding_multipliers_active",
 ]

@@ -3,8 +3,9 @@ cross-layer residual state the residual flow owns, and the interface a residual 
 (``docs/neollm-residual.md#residual-state-and-flows``).
 
 * :class:`ForwardContext` — built once per forward by the model and passed, as one argument, to
-  every decoder layer and its attention: token ids, positions, the padding mask and a sink for
-  auxiliary losses (JTok-M's balance loss, for instance, adds itself there).
+  every decoder layer and its attention: token ids, positions, the padding mask, the token
+  generator's latent coordinate for JTok-M, and a sink for auxiliary losses (JTok-M's balance loss
+  adds itself there).
 * :class:`ResidualState` — everything that crosses layers: the residual stream(s), the value
   residual's ``v0`` (layer 0's values), and room for AttnRes' depth sources and StackMemory's stack.
   A new cross-layer mechanism adds a field here and a flow class, never a return value or a new
@@ -32,16 +33,21 @@ class ForwardContext:
         position_ids: ``[B, T]`` positions of the current tokens (counted over real tokens).
         attention_mask: ``[B, past + T]`` (1 = real token) or None.
         input_ids: ``[B, T]`` or None (``inputs_embeds`` forwards).
-        aux_losses: auxiliary losses added by mechanisms during this forward (scalars).
+        aux_losses: the sink for auxiliary losses (weighted scalars), or None when this forward does not
+            collect them (no labels): a mechanism then skips computing its loss.
+        latents: the token generator's latent coordinate of the ids (a ``TokenLatents``: unique-id
+            ``z̃ [U, d]``, ``B(z̃) [U, d, K]`` and the ``[B, T]`` inverse index) when JTok-M is on, else None.
     """
 
     position_ids: torch.Tensor
     attention_mask: torch.Tensor | None = None
     input_ids: torch.Tensor | None = None
-    aux_losses: list[torch.Tensor] = field(default_factory=list)
+    aux_losses: list[torch.Tensor] | None = None
+    latents: Any = None
 
     def add_aux_loss(self, loss: torch.Tensor) -> None:
-        """Record an auxiliary loss (the caller weights it before adding)."""
+        """Record an auxiliary loss (the caller weights it before adding); only call when
+        ``aux_losses`` is not None."""
         self.aux_losses.append(loss)
 
 
@@ -59,6 +65,9 @@ class ResidualState:
             None for the other flows.
         sublayer: which sublayer's input was taken last (0 attention, 1 MLP); set by ``*_input`` of
             the flows whose ``add`` treats the two sublayers differently (LAUREL, AttnRes, GPAS).
+        mlp_stream: ``h̃ [B, T, D]``, the residual stream after the attention sublayer as the MLP side
+            reads it before its norm (SiameseNorm's ``y``, the plain ``h``, AttnRes' aggregate ``h_m``);
+            set by every flow's ``mlp_input``; JTok-M's router reads it.
     """
 
     streams: tuple[torch.Tensor, ...]
@@ -66,6 +75,7 @@ class ResidualState:
     sources: list[torch.Tensor] = field(default_factory=list)
     stack: Any = None
     sublayer: int = 0
+    mlp_stream: torch.Tensor | None = None
 
 
 @runtime_checkable

@@ -18,7 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .unbuilt import embedding_multipliers_active
+
+def embedding_multipliers_active(config) -> bool:
+    """Embedding multipliers exist only with learnable multipliers, no generator and no tying
+    (otherwise the config already warned that the flag is inactive)."""
+    return bool(
+        config.use_embedding_multipliers
+        and config.use_learnable_multipliers
+        and not config.use_token_generator
+        and not config.tie_word_embeddings
+    )
 
 
 class RowMultipliedLinear(nn.Linear):

@@ -147,7 +147,7 @@ class SiameseResidual(nn.Module):
     def mlp_input(self, state: ResidualState) -> torch.Tensor:
         x, y = state.streams
         x, u = self.mlp_fuse(x, y)
-        state.streams = (x, y)
+        state.streams, state.mlp_stream = (x, y), y
         return u
 
     def add(self, state: ResidualState, update: torch.Tensor) -> None:
@@ -176,7 +176,8 @@ class PreNormResidual(nn.Module):
         return self.attn_norm(state.streams[0])
 
     def mlp_input(self, state: ResidualState) -> torch.Tensor:
-        return self.mlp_norm(state.streams[0])
+        state.mlp_stream = state.streams[0]
+        return self.mlp_norm(state.mlp_stream)
 
     def add(self, state: ResidualState, update: torch.Tensor) -> None:
         state.streams = (state.streams[0] + update,)
