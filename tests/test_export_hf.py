@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from family_tester import ATOL, left_pad
 from slmlab import cli
@@ -250,6 +251,8 @@ def test_trained_checkpoint_records_special_ids_and_context(trained):
     ids = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}  # slmlab's BPE puts its specials first
     assert {k: config[k] for k in ids} == ids and {k: generation[k] for k in ids} == ids
     assert tok["model_max_length"] == CONTEXT
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt))  # slmlab's own classes: generate() stops at eos
+    assert model.config.eos_token_id == model.generation_config.eos_token_id == 1
 
 
 def test_export_of_a_trained_run_carries_its_report(trained, tmp_path, capsys):

@@ -4,7 +4,7 @@
   transformers' own ``LlamaForCausalLM`` / ``Lfm2ForCausalLM``, the other families as a
   self-contained remote-code folder (``trust_remote_code=True``).
 * :func:`slmlab.export.gguf.export_gguf`: one llama.cpp GGUF file (``--to gguf``; lumen, lfm2).
-* :mod:`slmlab.export.common`: what both share (the source's metadata, the output-folder rules).
+* :mod:`slmlab.export.common`: what a run records about a checkpoint, and the output-folder rules.
 
 This package imports nothing heavy by itself (``slmlab --help`` must stay fast): each module
 imports torch/transformers inside its functions.

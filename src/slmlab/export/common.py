@@ -118,14 +118,6 @@ def load_source(source: str | Path) -> ExportSource:
     )
 
 
-def unsupported(family: str, target: str, supported: tuple[str, ...]) -> ValueError:
-    """The error for a family a target cannot take, naming the families it can."""
-    return ValueError(
-        f"a {family} model cannot be exported --to {target}; {target} supports {', '.join(supported)}:"
-        " export this model --to hf instead"
-    )
-
-
 def check_output_folder(out: Path, *, force: bool, source: Path | None = None) -> None:
     """Refuse an output that is a file, an existing non-empty folder (unless ``force``), or, even
     with ``force``, a folder that holds the source itself (replacing it would delete the model)."""
