@@ -247,6 +247,54 @@ class FamilyTester:
         for got, ref in zip(step.hidden_states, states, strict=True):
             torch.testing.assert_close(got, ref[:, cut:], atol=ATOL, rtol=0)
 
+    # -- transformers compatibility: continuing from a cache, assisted decoding, static cache -------
+    supports_assisted_decoding: bool = False  # True: the cache can be rolled back (crop), so drafts work
+    draft_overrides: dict = {}  # config overrides on config_kwargs for the smaller draft model
+
+    def test_generate_continues_from_a_returned_cache(self):
+        model = self.make_model()
+        ids = self.random_ids(model, b=1, t=6)
+        kw = self.forward_kwargs(ids)
+        greedy = dict(do_sample=False, **kw)
+        first = model.generate(ids, max_new_tokens=5, min_new_tokens=5, return_dict_in_generate=True, **greedy)
+        assert first.cache.get_seq_length() == 10  # the last token is not fed yet
+        more = model.generate(first.sequences, cache=first.cache, max_new_tokens=5, min_new_tokens=5, **greedy)
+        assert torch.equal(more, model.generate(ids, max_new_tokens=10, min_new_tokens=10, **greedy))
+        # a second turn: new tokens after the answer go through the cache as one chunk
+        first = model.generate(ids, max_new_tokens=5, min_new_tokens=5, return_dict_in_generate=True, **greedy)
+        turn = torch.cat((first.sequences, self.random_ids(model, b=1, t=4)), dim=1)
+        with pytest.warns(FutureWarning, match="past_key_values"):  # transformers' older name still works
+            again = model.generate(turn, past_key_values=first.cache, max_new_tokens=4, min_new_tokens=4, **greedy)
+        assert torch.equal(again, model.generate(turn, max_new_tokens=4, min_new_tokens=4, **greedy))
+
+    def test_assisted_and_prompt_lookup_decoding_equal_greedy_or_are_refused(self):
+        model = self.make_model()
+        draft = self.make_model(**self.draft_overrides)
+        with torch.no_grad():  # a draft that often disagrees, so verification rejects and rolls back tokens
+            generator = torch.Generator().manual_seed(1)
+            for p in draft.parameters():
+                p.add_(0.5 * torch.randn(p.shape, generator=generator))
+        assert sum(p.numel() for p in draft.parameters()) <= sum(p.numel() for p in model.parameters())
+        ids = self.random_ids(model, b=1, t=6)
+        greedy = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False)
+        expected = model.generate(ids, **greedy)
+        for extra in (dict(assistant_model=draft), dict(prompt_lookup_num_tokens=3)):
+            if self.supports_assisted_decoding:
+                assert torch.equal(model.generate(ids, **greedy, **extra), expected), extra
+            else:
+                with pytest.raises(ValueError, match="cannot be"):
+                    model.generate(ids, **greedy, **extra)
+        if self.supports_assisted_decoding:
+            assert not torch.equal(draft.generate(ids, **greedy), expected)
+        else:
+            assert model.crop_refusal() is not None
+
+    def test_static_cache_is_refused_naming_the_decode_plans(self):
+        model = self.make_model()
+        ids = self.random_ids(model, b=1, t=4)
+        with pytest.raises(ValueError, match=r"cache_implementation='static' is not supported.*slmlab\.generation's decode plans"):
+            model.generate(ids, max_new_tokens=2, cache_implementation="static")
+
     def test_bad_configs_raise(self):
         for overrides, match in self.bad_configs:
             with pytest.raises(ValueError, match=match):

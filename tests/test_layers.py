@@ -17,6 +17,7 @@ from slmlab.layers import (
     RMSNorm,
     RotaryEmbedding,
     SwiGLU,
+    TensorState,
     apply_rotary,
     causal_bias,
     position_ids_from_mask,
@@ -142,6 +143,7 @@ def test_kv_state_grows_and_supports_beam_reorder():
     keys, _ = state.update(k[:, :, 60:], k[:, :, 60:])
     torch.testing.assert_close(keys, k)
     cache = ModelCache([state])
+    cache.advance(70)
     cache.reorder_cache(torch.tensor([1, 1]))
     torch.testing.assert_close(state.keys[0, :, :70], k[1])
     cache.crop(10)
@@ -168,6 +170,49 @@ def test_causal_conv_matches_padded_conv1d_and_streams(kernel):
     chunks = [conv(x[..., :4], state)] + [conv(x[..., t : t + 1], state) for t in range(4, 9)]
     torch.testing.assert_close(torch.cat(chunks, -1), full, atol=ATOL, rtol=0)
     assert state.window.shape == (2, 6, kernel - 1)
+
+
+@pytest.mark.parametrize("kernel", [1, 3, 4])
+def test_conv_state_rolls_back_after_recording(kernel):
+    """Assisted decoding's pattern: feed a draft, crop the rejected tokens, feed the accepted ones."""
+    conv = CausalDepthwiseConv1d(6, kernel)
+    x, wrong = torch.randn(2, 6, 9), torch.randn(2, 6, 3)
+    state = ConvState()
+    conv(x[..., :4], state)
+    assert state.crop_refusal() is not None  # not recording: only the last K-1 inputs are kept
+    cache = ModelCache([state])
+    cache.advance(4)
+    with pytest.raises(ValueError, match="activate_past_recording"):
+        cache.crop(-1)
+    cache.activate_past_recording()
+    assert cache.is_croppable and cache.crop_refusal() is None
+    conv(torch.cat((x[..., 4:6], wrong), -1), state)  # two right tokens, three drafted wrong ones
+    cache.advance(5)
+    cache.crop(-3)
+    assert cache.seen_tokens == state.seen == 6
+    rest = torch.cat([conv(x[..., t : t + 1], state) for t in range(6, 9)], -1)
+    torch.testing.assert_close(rest, conv(x)[..., 6:], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="only 5 were recorded"):
+        state.crop(state.seen - 6)
+
+
+def test_model_cache_crop_follows_transformers_conventions():
+    state = KVState()
+    state.update(torch.randn(1, 1, 8, 2), torch.randn(1, 1, 8, 2))
+    cache = ModelCache([state])
+    cache.advance(8)
+    assert cache.is_linear == [False] and cache.get_max_length() == -1 and not cache.is_compileable
+    cache.crop(0)  # transformers: remove no token
+    assert cache.seen_tokens == state.length == 8
+    cache.crop(-3)  # remove the last three
+    assert cache.seen_tokens == state.length == 5
+    cache.crop(2)  # a positive length: keep the first two
+    assert cache.seen_tokens == state.length == 2
+    frozen = ModelCache([TensorState()])
+    frozen.advance(4)
+    assert not frozen.is_croppable and "layer 0 (TensorState)" in frozen.crop_refusal()
+    with pytest.raises(ValueError, match="cannot be cropped: layer 0"):
+        frozen.crop(-1)
 
 
 def test_causal_conv_never_sees_the_future():

@@ -42,6 +42,8 @@ class TestLfm2Family(FamilyTester):
         (dict(vocab_size=0), "vocab_size must be a positive integer"),
     ]
     has_decode_plan = True
+    supports_assisted_decoding = True  # K/V crop; conv windows record their inputs while drafting
+    draft_overrides = dict(num_layers=2, layer_order=["conv", "attn"])
 
 
 def hf_twin(seed: int = 0, **kw) -> Lfm2ForCausalLM:

@@ -21,6 +21,8 @@ class TestLumenFamily(FamilyTester):
         (dict(intermediate_dim=-1), "intermediate_dim must be >= 0"),
     ]
     has_decode_plan = True
+    supports_assisted_decoding = True
+    draft_overrides = dict(num_layers=1)
 
 
 class TestLumenAttentionOnly(FamilyTester):
@@ -29,6 +31,8 @@ class TestLumenAttentionOnly(FamilyTester):
     family = "lumen"
     config_kwargs = dict(TestLumenFamily.config_kwargs, intermediate_dim=0)
     has_decode_plan = True
+    supports_assisted_decoding = True
+    draft_overrides = dict(num_layers=1)
 
 
 def test_attention_only_equals_a_full_block_with_a_silent_mlp():

@@ -33,6 +33,7 @@ SEED_MODE = dict(rotation_style="seed", hidden_attends_self=False)
 class TestNanoHammerFamily(FamilyTester):
     family = "nanohammer"
     config_kwargs = TINY
+    draft_overrides = dict(num_hidden_layers=1)
     bad_configs = [
         (dict(state_hidden_size=10, num_state_heads=4), r"state_hidden_size \(10\) must be divisible by num_state_heads \(4\)"),
         (dict(state_hidden_size=9, num_state_heads=3), r"state_hidden_size \(9\) must be even"),
@@ -55,6 +56,7 @@ class TestNanoHammerFamily(FamilyTester):
 class TestNanoHammerSeedModeFamily(FamilyTester):
     family = "nanohammer"
     config_kwargs = {**TINY, **SEED_MODE}
+    draft_overrides = dict(num_hidden_layers=1)
 
 
 def tiny_model(**overrides) -> NanoHammerForCausalLM:

@@ -58,6 +58,8 @@ class TestPGSMFamily(FamilyTester):
     def num_hidden_states(self, model):
         return model.config.layers + 2  # embeddings, each block, then retriever + post-retrieval block
 
+    draft_overrides = dict(layers=1)
+
 
 def make(**overrides) -> PGSMForCausalLM:
     torch.manual_seed(0)

@@ -9,6 +9,11 @@ State types:
       (appending one token is O(1) amortised, no per-step ``torch.cat`` of the whole history).
     * :class:`ConvState` – the last ``kernel - 1`` inputs of a causal convolution (O(kernel) per step).
     * :class:`TensorState` – any fixed-size per-row tensors (running sums, last outputs, ...).
+
+Rolling back (``crop``, which transformers' assisted and prompt-lookup decoding call after each
+draft): :class:`KVState` always can; :class:`ConvState` can after ``activate_past_recording()``
+(it then keeps the inputs it saw, as transformers' linear-attention layers do); a state that
+summarises the whole past cannot, and :meth:`LayerState.crop_refusal` says why.
 """
 
 from __future__ import annotations
@@ -34,8 +39,17 @@ class LayerState:
         for name in self._tensor_names():
             setattr(self, name, getattr(self, name).repeat_interleave(repeats, dim=0))
 
+    def crop_refusal(self) -> str | None:
+        """Why :meth:`crop` cannot roll this state back, or None when it can."""
+        return f"{type(self).__name__} summarises the whole past in fixed-size tensors, which cannot be rolled back"
+
     def crop(self, length: int) -> None:
-        raise ValueError(f"{type(self).__name__} cannot be cropped (it summarises the whole past).")
+        """Keep the first ``length`` tokens (``length`` < tokens seen)."""
+        raise ValueError(f"{type(self).__name__} cannot be cropped: {self.crop_refusal()}")
+
+    def activate_past_recording(self) -> None:
+        """Keep what :meth:`crop` needs to roll back later tokens (a no-op for states that need nothing
+        or cannot be rolled back)."""
 
     def held_tensors(self) -> list[torch.Tensor]:
         """The tensors this state holds, restricted to their filled part (what inference must keep)."""
@@ -79,6 +93,9 @@ class KVState(LayerState):
         self.length = end
         return self.keys[:, :, :end], self.values[:, :, :end]
 
+    def crop_refusal(self) -> str | None:
+        return None
+
     def crop(self, length: int) -> None:
         self.length = min(self.length, max(length, 0))
 
@@ -92,10 +109,52 @@ class KVState(LayerState):
 
 
 class ConvState(LayerState):
-    """The last ``kernel - 1`` inputs ``[B, C, K-1]`` of a causal depthwise convolution."""
+    """The last ``kernel - 1`` inputs ``window [B, C, K-1]`` of a causal depthwise convolution.
+
+    After :meth:`activate_past_recording` it also keeps ``history [B, C, K-1 + n]``: the window at
+    that moment followed by the ``n`` inputs seen since, so :meth:`crop` can restore the window of
+    any earlier token (what assisted decoding needs after rejecting drafted tokens).
+    """
 
     def __init__(self) -> None:
         self.window: torch.Tensor | None = None
+        self.history: torch.Tensor | None = None
+        self.recording = False
+        self.seen = 0
+
+    def keep(self, full: torch.Tensor, size: int) -> None:
+        """Store the last ``size`` (= K-1) columns of ``full [B, C, size + T]`` (the previous window
+        followed by this call's ``T`` inputs) as the window, and the new inputs in the history when
+        recording."""
+        self.window = full[..., full.shape[-1] - size :]
+        if self.recording:
+            self.history = full if self.history is None else torch.cat((self.history, full[..., size:]), dim=-1)
+        self.seen += full.shape[-1] - size
+
+    def activate_past_recording(self) -> None:
+        self.recording = True
+
+    def crop_refusal(self) -> str | None:
+        if self.recording:
+            return None
+        return "a convolution state keeps only its last K-1 inputs; call activate_past_recording() before the tokens to roll back"
+
+    def crop(self, length: int) -> None:
+        remove = self.seen - max(length, 0)
+        if remove <= 0 or self.window is None:
+            return
+        if not self.recording:
+            raise ValueError(f"ConvState cannot be cropped: {self.crop_refusal()}")
+        size = self.window.shape[-1]
+        kept = self.history.shape[-1] - remove
+        if kept < size:
+            raise ValueError(
+                f"cannot roll a convolution state back by {remove} tokens: only {self.history.shape[-1] - size} were"
+                " recorded since activate_past_recording()"
+            )
+        self.history = self.history[..., :kept]
+        self.window = self.history[..., kept - size :]
+        self.seen -= remove
 
 
 class TensorState(LayerState):
@@ -110,7 +169,7 @@ class ModelCache:
         extra: model-level states (e.g. a running cumulative sum), by name.
     """
 
-    is_compileable = False
+    is_compileable = False  # shapes grow with the sequence; slmlab.generation's decode plans are the fixed-size path
 
     def __init__(self, states: list[LayerState], extra: dict[str, LayerState] | None = None) -> None:
         self.layers = list(states)
@@ -137,6 +196,42 @@ class ModelCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen_tokens
 
+    # -- the part of transformers' ``Cache`` interface that ``generate`` reads ------------------------
+    @property
+    def is_linear(self) -> list[bool]:
+        """Per layer, whether transformers should treat it as a state without a sequence axis. Every
+        slmlab layer state counts the tokens it has seen (``get_seq_length``), so none does: a
+        continued ``generate`` feeds only the tokens the cache has not seen."""
+        return [False] * len(self.layers)
+
+    @property
+    def is_sliding(self) -> list[bool]:
+        return [False] * len(self.layers)
+
+    def get_max_length(self) -> int:
+        """-1: no maximum (the buffers grow)."""
+        return -1
+
+    def crop_refusal(self) -> str | None:
+        """Why this cache cannot be rolled back, naming the first state that refuses, or None."""
+        named = [(f"layer {i}", s) for i, s in enumerate(self.layers)] + [(f"'{k}'", s) for k, s in self.extra.items()]
+        for name, state in named:
+            reason = state.crop_refusal()
+            if reason is not None:
+                return f"{name} ({type(state).__name__}): {reason}"
+        return None
+
+    @property
+    def is_croppable(self) -> bool:
+        """Whether :meth:`crop` can roll back tokens (transformers' assisted decoding checks this)."""
+        return self.crop_refusal() is None
+
+    def activate_past_recording(self) -> None:
+        """Keep what a later :meth:`crop` needs (conv windows); transformers calls this before
+        assisted decoding."""
+        for state in self._all_states():
+            state.activate_past_recording()
+
     def state_floats(self) -> int:
         """Numbers the cache holds after the tokens seen so far: the inference memory a model needs
         besides its weights (``state_floats(T)`` of a benchmark run, after a prefill of ``T`` tokens)."""
@@ -157,11 +252,19 @@ class ModelCache:
             state.repeat_batch(repeats)
 
     def crop(self, length: int) -> None:
-        if length < 0:
+        """Roll the cache back: ``length > 0`` keeps the first ``length`` tokens; ``length <= 0``
+        removes the last ``-length`` tokens (transformers' convention; ``crop(0)`` removes nothing).
+        Raises ``ValueError`` naming the state that cannot be rolled back."""
+        if length <= 0:
             length = self.seen_tokens + length
+        if length >= self.seen_tokens:
+            return
+        reason = self.crop_refusal()
+        if reason is not None:
+            raise ValueError(f"this cache cannot be cropped: {reason}")
         for state in self._all_states():
             state.crop(length)
-        self.seen_tokens = min(self.seen_tokens, length)
+        self.seen_tokens = length
 
     def __repr__(self) -> str:
         kinds = ", ".join(type(s).__name__ for s in self.layers)

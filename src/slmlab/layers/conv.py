@@ -43,5 +43,5 @@ class CausalDepthwiseConv1d(nn.Conv1d):
         else:
             full = torch.cat((window, x), dim=-1)
             y = F.conv1d(full, self.weight, self.bias, groups=self.groups)
-        state.window = full[..., full.shape[-1] - (k - 1) :] if k > 1 else full[..., :0]
+        state.keep(full, k - 1)
         return y

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
+from transformers.generation.configuration_utils import GenerationMode
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from ..layers.cache import LayerState, ModelCache
@@ -142,6 +143,14 @@ class SLMPreTrainedModel(PreTrainedModel):
     def new_cache(self, batch_size: int | None = None) -> ModelCache:
         """An empty cache for this model. Families override this."""
         raise TypeError(f"{type(self).__name__} does not define a decoding cache")
+
+    def crop_refusal(self) -> str | None:
+        """Why this model's cache cannot be rolled back (what assisted and prompt-lookup decoding do
+        after each draft), or None when it can. Read from a fresh cache that records its past;
+        a family whose refusal depends on what a forward stores overrides this."""
+        cache = self.new_cache(1)
+        cache.activate_past_recording()
+        return cache.crop_refusal()
 
     def max_positions(self) -> int | None:
         """The longest sequence (cached + new tokens) the model accepts; None: unbounded. Every
@@ -366,9 +375,56 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         return None if builder is None else builder(self, capacity)
 
     def generate(self, *args, **kwargs):
-        """transformers' ``generate``; weights are frozen for its duration (fused weights cached)."""
+        """transformers' ``generate``; weights are frozen for its duration (fused weights cached). A draft
+        model (``assistant_model=``) whose cache cannot be rolled back is refused up front, naming why."""
+        assistant = kwargs.get("assistant_model")
+        refusal = getattr(assistant, "crop_refusal", None)
+        reason = refusal() if callable(refusal) else None
+        if reason is not None:
+            raise ValueError(
+                f"assisted decoding rolls the draft model's cache back after each draft, and the draft"
+                f" {type(assistant).__name__}'s cannot be: {reason}"
+            )
         with frozen_weights():
             return super().generate(*args, **kwargs)
+
+    def _prepare_cache_for_generation(
+        self, generation_config, model_kwargs: dict, generation_mode, batch_size: int, max_cache_length: int
+    ) -> None:
+        """transformers' ``generate`` hook, for our cache: a :class:`ModelCache` from the first step
+        (so assisted decoding finds one), a returned cache to continue from (``past_key_values=``),
+        and clear refusals for what the family cannot do."""
+        impl = generation_config.cache_implementation
+        if impl not in (None, "dynamic"):
+            plan = (
+                f"{type(self).__name__}'s decode plan preallocates fixed-size buffers and compiles one step"
+                if type(self).decode_plan_builder is not None
+                else f"{type(self).__name__} has no decode plan yet, so it decodes through its ModelCache there too"
+            )
+            raise ValueError(
+                f"cache_implementation={impl!r} is not supported: slmlab models decode through their own growing"
+                " ModelCache (continue from a returned one with past_key_values=). The fixed-size, compiled fast path"
+                f" is slmlab.generation's decode plans: slmlab.generation.generate(model, input_ids, ..., compile=True)"
+                f" ({plan})"
+            )
+        if generation_mode == GenerationMode.ASSISTED_GENERATION:
+            reason = self.crop_refusal()
+            if reason is not None:
+                raise ValueError(
+                    f"assisted and prompt-lookup decoding roll the cache back after each draft, and {type(self).__name__}'s"
+                    f" cache cannot be rolled back: {reason}. Use plain generate() (greedy or sampling) instead"
+                )
+        cache = model_kwargs.get("cache")
+        if cache is not None:
+            resolve_cache_arg(cache, None)  # a DynamicCache or a tuple gets our actionable TypeError
+            cache._is_user_defined = True
+            return
+        if generation_config.use_cache is False:
+            return
+        cache = self.new_cache(batch_size)
+        if generation_config.is_assistant:
+            cache.activate_past_recording()
+        model_kwargs["cache"] = cache
 
     def _validate_model_kwargs(self, model_kwargs: dict) -> None:
         # family inputs reach the base model through **family_inputs: generate() must accept their names

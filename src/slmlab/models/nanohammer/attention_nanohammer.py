@@ -61,6 +61,12 @@ class HammerLayerState(KVState):
         super().__init__()
         self.last_state: torch.Tensor | None = None
 
+    def crop_refusal(self) -> str | None:
+        return (
+            "NanoHammer's state tokens come from a running sum and the last state-cell output, which summarise the"
+            " whole past and cannot be rolled back"
+        )
+
     def crop(self, length: int) -> None:
         LayerState.crop(self, length)
 

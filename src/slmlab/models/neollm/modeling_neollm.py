@@ -79,6 +79,14 @@ class NeoLLMPreTrainedModel(SLMPreTrainedModel):
     config_class = NeoLLMConfig
     _no_split_modules = ["NeoLLMDecoderLayer"]
 
+    def crop_refusal(self) -> str | None:
+        """The fresh cache's refusal (IHA pseudo-tokens), or the momentum shear's: its state, the last
+        token's pre-shear q/k, exists only after a forward."""
+        reason = super().crop_refusal()
+        if reason is None and self.config.use_momentum_attention:
+            reason = "use_momentum_attention=True: the momentum shear keeps the last token's pre-shear q/k, which cannot be rolled back"
+        return reason
+
     def prepare_for_training(self, seq_len: int) -> None:
         """Harness hook (``slmlab train`` calls it before training): with the automatic local window
         (``iha_sliding_window=None``) write the window the local layers will train with,

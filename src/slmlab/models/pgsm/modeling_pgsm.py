@@ -22,6 +22,17 @@ from .positions import resolve_retrieval_positions
 from .retriever import QueryOnlyRoPERetriever
 
 
+class RetrievalMode(TensorState):
+    """The model-level retrieval bookkeeping of one sequence: ``active`` (whether the retriever runs,
+    fixed by the first call) and ``positions`` (explicit positions given at prefill)."""
+
+    def crop_refusal(self) -> str | None:
+        return (
+            "PGSM's retriever reads at positions chosen per forward call (the last token of a call, or query tokens"
+            " after the prompt), so re-feeding verified draft tokens in one call would change which tokens read"
+        )
+
+
 class PGSMPreTrainedModel(SLMPreTrainedModel):
     config_class = PGSMConfig
     _input_embed_layer = "token_emb"  # transformers' get/set_input_embeddings find the table by this name
@@ -76,7 +87,7 @@ class PGSMModel(SLMBaseModel, PGSMPreTrainedModel):
         states = [ConvState() for _ in self.blocks]
         if self.retriever is None:
             return ModelCache(states)
-        return ModelCache(states + [KVState(), ConvState()], extra={"retrieval": TensorState()})
+        return ModelCache(states + [KVState(), ConvState()], extra={"retrieval": RetrievalMode()})
 
     def _positions_for_call(self, explicit, input_ids, attention_mask, cache, past, b, t, device, decoding):
         """The ``[B, Q]`` retrieval columns of this call, or None when the retriever does not run.

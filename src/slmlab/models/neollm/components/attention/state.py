@@ -39,11 +39,16 @@ class NeoLLMAttentionState(KVState):
         """Cached tokens (not pseudo-tokens)."""
         return self.length // self.pseudo_heads
 
-    def crop(self, length: int) -> None:
+    def crop_refusal(self) -> str | None:
         """Refused when the state summarises the last token (momentum) or holds pseudo-tokens."""
-        if self.prev_q is not None or self.pseudo_heads != 1:
-            raise ValueError(
-                "a NeoLLM attention state cannot be cropped: the momentum shear keeps the last token's q/k and IHA "
-                "layers store interleaved pseudo-tokens; re-run the prefill instead"
-            )
+        if self.pseudo_heads != 1:
+            return "IHA layers store interleaved pseudo-tokens; re-run the prefill instead"
+        if self.prev_q is not None:
+            return "the momentum shear keeps the last token's pre-shear q/k; re-run the prefill instead"
+        return None
+
+    def crop(self, length: int) -> None:
+        reason = self.crop_refusal()
+        if reason is not None:
+            raise ValueError(f"a NeoLLM attention state cannot be cropped: {reason}")
         super().crop(length)
