@@ -3,6 +3,7 @@ logits and greedy tokens; checkpoints record eos/bos/pad and the trained context
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -205,9 +206,14 @@ def test_remote_code_folder_is_self_contained(exported, name):
     config = json.loads((folder / "config.json").read_text())
     module, cls = config["auto_map"]["AutoModelForCausalLM"].split(".")
     assert (folder / f"{module}.py").is_file() and cls == config["architectures"][0]
-    for path in folder.glob("*.py"):
-        text = path.read_text()
-        assert "from slmlab" not in text and "import slmlab" not in text, path.name
+    files = {path.stem: ast.parse(path.read_text()) for path in folder.glob("*.py")}
+    for stem, tree in files.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "slmlab" for a in node.names), stem
+            elif isinstance(node, ast.ImportFrom):
+                assert (node.level, (node.module or "").split(".")[0]) != (0, "slmlab"), stem
+                assert node.level == 0 or (node.level == 1 and node.module in files), (stem, node.module)
 
 
 @pytest.mark.slow  # the shared fixture: 7 exports and one fresh process, ~30 s
