@@ -63,8 +63,10 @@ def run_environment(device: torch.device | str, dtype: torch.dtype, precision: s
     """
     device = torch.device(device)
     commit, dirty = source_commit()
+    from .. import __version__
+
     return {
-        "slmlab": _version("slmlab"),
+        "slmlab": _version("slmlab") or __version__,  # a source tree on PYTHONPATH has no installed metadata
         "torch": torch.__version__,
         "transformers": _version("transformers"),
         "python": platform.python_version(),
