@@ -247,9 +247,54 @@ class FamilyTester:
         for got, ref in zip(step.hidden_states, states, strict=True):
             torch.testing.assert_close(got, ref[:, cut:], atol=ATOL, rtol=0)
 
-    # -- transformers compatibility: continuing from a cache, assisted decoding, static cache -------
+    # -- transformers compatibility: attentions, continuing from a cache, assisted decoding ---------
     supports_assisted_decoding: bool = False  # True: the cache can be rolled back (crop), so drafts work
     draft_overrides: dict = {}  # config overrides on config_kwargs for the smaller draft model
+
+    def attention_shapes(self, model, b: int, t: int, s: int) -> list[tuple[int, ...]]:
+        """Shapes of ``output_attentions`` for ``t`` queries over ``s`` tokens (cached + new): one
+        ``[B, H, T, S]`` per attention layer, in layer order. Families with other layouts override."""
+        return [(b, model.config.num_attention_heads, t, s)] * model.config.num_hidden_layers
+
+    def test_output_attentions(self):
+        model = self.make_model()
+        ids = self.random_ids(model)
+        kw = self.forward_kwargs(ids)
+        b, t = ids.shape
+        out = model(input_ids=ids, output_attentions=True, **kw)
+        assert isinstance(out.attentions, tuple)
+        assert [tuple(a.shape) for a in out.attentions] == self.attention_shapes(model, b, t, t)
+        assert all(torch.isfinite(a).all() for a in out.attentions)
+        plain = model(input_ids=ids, **kw)
+        assert plain.attentions is None
+        torch.testing.assert_close(out.logits, plain.logits, atol=ATOL, rtol=0)  # the eager path is the same function
+        # decoding: a step's weights are the full forward's rows of that token, over every cached key
+        first = model(input_ids=ids[:, :-1], use_cache=True, **kw)
+        step = model(input_ids=ids[:, -1:], cache=first.cache, use_cache=True, output_attentions=True)
+        assert [tuple(a.shape) for a in step.attentions] == self.attention_shapes(model, b, 1, t)
+        for got, ref in zip(step.attentions, out.attentions, strict=True):
+            torch.testing.assert_close(got, ref[:, :, ref.shape[2] - got.shape[2] :], atol=ATOL, rtol=0)
+
+    def test_generate_returns_attentions_and_hidden_states(self):
+        model = self.make_model()
+        ids = self.random_ids(model, b=1, t=6)
+        kw = self.forward_kwargs(ids)
+        out = model.generate(
+            ids, max_new_tokens=4, min_new_tokens=4, do_sample=False, return_dict_in_generate=True,
+            output_attentions=True, output_hidden_states=True, **kw,
+        )
+        assert len(out.attentions) == len(out.hidden_states) == 4
+        for i, (attentions, states) in enumerate(zip(out.attentions, out.hidden_states, strict=True)):
+            q = 6 if i == 0 else 1
+            assert [tuple(a.shape) for a in attentions] == self.attention_shapes(model, 1, q, 6 + i)
+            assert len(states) == self.num_hidden_states(model)
+            assert all(h.shape == (1, q, model.config.hidden_size) for h in states)
+        # the last step's outputs are a forward over the sequence's rows of that token
+        full = model(input_ids=out.sequences[:, :-1], output_attentions=True, output_hidden_states=True, **kw)
+        for got, ref in zip(out.attentions[-1], full.attentions, strict=True):
+            torch.testing.assert_close(got, ref[:, :, ref.shape[2] - got.shape[2] :], atol=ATOL, rtol=0)
+        for got, ref in zip(out.hidden_states[-1], full.hidden_states, strict=True):
+            torch.testing.assert_close(got, ref[:, -1:], atol=ATOL, rtol=0)
 
     def test_generate_continues_from_a_returned_cache(self):
         model = self.make_model()

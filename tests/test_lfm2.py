@@ -45,6 +45,10 @@ class TestLfm2Family(FamilyTester):
     supports_assisted_decoding = True  # K/V crop; conv windows record their inputs while drafting
     draft_overrides = dict(num_layers=2, layer_order=["conv", "attn"])
 
+    def attention_shapes(self, model, b, t, s):
+        """One entry per attention layer: conv layers have no attention weights (as in transformers' LFM2)."""
+        return [(b, model.config.num_attention_heads, t, s)] * model.config.layer_order.count("attn")
+
 
 def hf_twin(seed: int = 0, **kw) -> Lfm2ForCausalLM:
     torch.manual_seed(seed)

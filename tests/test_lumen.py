@@ -103,6 +103,42 @@ def test_hidden_states_match_transformers_llama():
         torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2])
+@pytest.mark.parametrize("padded", [False, True])
+def test_attention_weights_match_transformers_llama_eager(kv_heads, padded):
+    """``output_attentions=True``: every layer's ``[B, H, T, T]`` weights equal Llama's eager ones."""
+    cfg = LumenConfig(vocab_size=101, hidden_dim=64, num_layers=3, num_heads=4, num_kv_heads=kv_heads, intermediate_dim=96)
+    torch.manual_seed(0)
+    llama = llama_twin(cfg)
+    ours = LumenForCausalLM(cfg).eval()
+    ours.load_state_dict(llama.state_dict(), strict=True)
+    ids, mask = left_pad([torch.randint(0, 101, (n,)) for n in ((11, 11) if not padded else (11, 7))])
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        ref = llama(input_ids=ids, attention_mask=mask, position_ids=pos, output_attentions=True).attentions
+        got = ours(input_ids=ids, attention_mask=mask, position_ids=pos, output_attentions=True).attentions
+    assert len(got) == len(ref) == cfg.num_layers
+    real = mask.bool()  # rows of padded query positions are never read; compare the real ones
+    for a, b in zip(got, ref, strict=True):
+        assert a.shape == b.shape == (2, 4, 11, 11)
+        assert (a.transpose(1, 2)[real] - b.transpose(1, 2)[real]).abs().max() <= ATOL
+
+
+def test_generate_attentions_match_transformers_llama_eager():
+    cfg = LumenConfig(vocab_size=101, hidden_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_dim=96)
+    torch.manual_seed(0)
+    llama = llama_twin(cfg)
+    ours = LumenForCausalLM(cfg).eval()
+    ours.load_state_dict(llama.state_dict(), strict=True)
+    ids = torch.randint(0, 101, (1, 7))
+    kw = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, return_dict_in_generate=True, output_attentions=True)
+    ref, got = llama.generate(ids, **kw), ours.generate(ids, **kw)
+    assert torch.equal(got.sequences, ref.sequences)
+    for step_got, step_ref in zip(got.attentions, ref.attentions, strict=True):
+        for a, b in zip(step_got, step_ref, strict=True):
+            assert a.shape == b.shape and (a - b).abs().max() <= ATOL
+
+
 def seed_reference_logits(sd: dict, cfg: LumenConfig, ids: torch.Tensor) -> torch.Tensor:
     """The seed's maths written out independently: pre-norm MQA/GQA + RoPE + SwiGLU, tied head."""
 

@@ -30,10 +30,18 @@ TINY = dict(
 SEED_MODE = dict(rotation_style="seed", hidden_attends_self=False)
 
 
+def hammer_attention_shapes(model, b, t, s):
+    """Hidden queries over the interleaved state and hidden keys: ``[B, H, T, 2 S]`` per layer."""
+    return [(b, model.config.num_attention_heads, t, 2 * s)] * model.config.num_hidden_layers
+
+
 class TestNanoHammerFamily(FamilyTester):
     family = "nanohammer"
     config_kwargs = TINY
     draft_overrides = dict(num_hidden_layers=1)
+
+    def attention_shapes(self, model, b, t, s):
+        return hammer_attention_shapes(model, b, t, s)
     bad_configs = [
         (dict(state_hidden_size=10, num_state_heads=4), r"state_hidden_size \(10\) must be divisible by num_state_heads \(4\)"),
         (dict(state_hidden_size=9, num_state_heads=3), r"state_hidden_size \(9\) must be even"),
@@ -57,6 +65,9 @@ class TestNanoHammerSeedModeFamily(FamilyTester):
     family = "nanohammer"
     config_kwargs = {**TINY, **SEED_MODE}
     draft_overrides = dict(num_hidden_layers=1)
+
+    def attention_shapes(self, model, b, t, s):
+        return hammer_attention_shapes(model, b, t, s)
 
 
 def tiny_model(**overrides) -> NanoHammerForCausalLM:

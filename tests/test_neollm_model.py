@@ -40,6 +40,11 @@ class TestNeoLLMFamily(FamilyTester):
     def make_model(self, **overrides):
         return tiny_model(**overrides)
 
+    def attention_shapes(self, model, b, t, s):
+        """Per layer ``[B, H, T·P, S·P]``: IHA layers attend over ``P`` pseudo-tokens per token."""
+        heads = model.config.num_attention_heads
+        return [(b, heads, t * layer.self_attn.pseudo_heads, s * layer.self_attn.pseudo_heads) for layer in model.model.layers]
+
 
 # -- the seed's default budget ----------------------------------------------------------------------
 def test_default_parameter_budget_matches_the_spec():

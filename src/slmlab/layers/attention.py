@@ -22,7 +22,12 @@ def sdpa(
     scale: float | None = None,
 ) -> torch.Tensor:
     """SDPA over ``q [B, H, T, D]`` and ``k, v [B, H_kv, S, D]``; K/V heads are shared by
-    ``H / H_kv`` query heads without being copied (``enable_gqa``)."""
+    ``H / H_kv`` query heads without being copied (``enable_gqa``). When the forward asked for
+    attention weights (``bias.weights`` is a list) the eager path runs instead and appends them."""
+    if bias.weights is not None:
+        out, weights = eager_attention(q, k, v, bias, dropout_p, scale)
+        bias.weights.append(weights)
+        return out
     return F.scaled_dot_product_attention(
         q,
         k,
@@ -33,6 +38,35 @@ def sdpa(
         scale=scale,
         enable_gqa=q.shape[1] != k.shape[1],
     )
+
+
+def eager_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: AttentionBias,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with the probabilities materialised, as transformers' eager attention computes it:
+    ``p = dropout(softmax_fp32(q k^T · scale, masked))``, ``out = p v``.
+
+    Args:
+        q: ``[B, H, T, D]``; k, v: ``[B, H_kv, S, D]`` (each K/V head serves ``H / H_kv`` query heads).
+        bias: which keys each query may read; scale: default ``1/√D``.
+    Returns:
+        ``(out [B, H, T, D], weights [B, H, T, S])``.
+    """
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    visible = bias.visible(q.shape[2], k.shape[2], q.device)
+    if visible is not None:
+        scores = scores.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    weights = F.dropout(weights, dropout_p, training=dropout_p > 0)
+    return weights @ v, weights
 
 
 def attend_projected(

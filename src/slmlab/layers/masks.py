@@ -16,11 +16,23 @@ class AttentionBias:
     """What an attention layer passes to ``F.scaled_dot_product_attention``.
 
     ``mask`` is ``None`` when the pattern is plain causal over a fresh sequence (``is_causal``) or
-    a single query with nothing to hide.
+    a single query with nothing to hide. ``weights`` is the forward's list of attention weights when
+    the caller asked for them (``output_attentions=True``): every attention given this bias then
+    runs the eager path and appends its ``[B, H, T, S]`` probabilities (see ``layers.attention.sdpa``).
     """
 
     mask: torch.Tensor | None
     is_causal: bool
+    weights: list[torch.Tensor] | None = None
+
+    def visible(self, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor | None:
+        """The boolean pattern ``[B | 1, 1, q_len, kv_len]`` (``True`` = may attend) this bias stands
+        for, or None when every query sees every key."""
+        if self.mask is not None:
+            return self.mask
+        if self.is_causal:  # SDPA's is_causal: query i sees keys <= i (top-left aligned)
+            return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()[None, None]
+        return None
 
 
 def has_padding(attention_mask: torch.Tensor | None) -> bool:

@@ -14,7 +14,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 
 from ..layers.cache import LayerState, ModelCache
 from ..layers.fused import frozen_weights
-from ..layers.masks import position_ids_from_mask
+from ..layers.masks import AttentionBias, position_ids_from_mask
 
 
 def validate_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
@@ -174,6 +174,8 @@ class ForwardInputs:
         input_ids: ``[B, T]`` token ids, or None when the caller passed ``inputs_embeds``.
         attention_mask: ``[B, past + T]``, 1 = real token, 0 = padding (left padding), or None.
         hidden_states: the per-layer outputs collected so far when ``output_hidden_states``, else None.
+        attentions: the attention weights collected so far when ``output_attentions``, else None
+            (attention layers append to it through the bias they are given: :meth:`collect_weights`).
         aux_losses: the auxiliary losses (weighted scalars) a family's layers added, collected only when
             the causal LM has labels (else None); the frame sums them into ``aux_loss``.
     """
@@ -187,6 +189,7 @@ class ForwardInputs:
     input_ids: torch.Tensor | None = None
     attention_mask: torch.Tensor | None = None
     hidden_states: list[torch.Tensor] | None = None
+    attentions: list[torch.Tensor] | None = None
     aux_losses: list[torch.Tensor] | None = None
 
     @property
@@ -203,6 +206,13 @@ class ForwardInputs:
         if self.hidden_states is not None:
             self.hidden_states.append(hidden)
 
+    def collect_weights(self, bias: AttentionBias) -> AttentionBias:
+        """Hand ``bias`` the list of attention weights when ``output_attentions`` was asked for, so
+        every attention layer that reads it runs the eager path and appends its probabilities
+        (``layers.attention.sdpa``); returns ``bias``."""
+        bias.weights = self.attentions
+        return bias
+
 
 def prepare_inputs(
     model: SLMBaseModel,
@@ -213,6 +223,7 @@ def prepare_inputs(
     cache: ModelCache | None,
     use_cache: bool | None,
     output_hidden_states: bool = False,
+    output_attentions: bool = False,
 ) -> ForwardInputs:
     """The boundary of every base model's forward: validate the inputs, embed them, pick or build
     the cache, check the length and the mask, and derive position ids from the mask."""
@@ -243,7 +254,8 @@ def prepare_inputs(
         validate_position_ids(position_ids, b, t)
     hidden_states = [inputs_embeds] if output_hidden_states else None
     return ForwardInputs(
-        inputs_embeds, cache, past, position_ids, use_cache, decoding, input_ids, attention_mask, hidden_states
+        inputs_embeds, cache, past, position_ids, use_cache, decoding, input_ids, attention_mask, hidden_states,
+        [] if output_attentions else None,
     )
 
 
@@ -286,6 +298,7 @@ class SLMBaseModel(SLMPreTrainedModel):
         use_cache: bool | None = None,
         past_key_values: ModelCache | None = None,
         output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
         collect_aux_loss: bool = False,
         **kwargs,
     ) -> BaseModelOutputWithPast:
@@ -298,15 +311,20 @@ class SLMBaseModel(SLMPreTrainedModel):
             use_cache: build/return a cache (default ``config.use_cache``).
             output_hidden_states: also return the embeddings and every layer's output
                 (default ``config.output_hidden_states``).
+            output_attentions: also return the attention weights ``[B, H, T, S]`` of every attention
+                layer, in layer order, computed on the eager path (default ``config.output_attentions``).
+                Layers without attention (convolutions) add no entry, as in transformers' LFM2.
             collect_aux_loss: let the layers add their auxiliary losses (the causal LM asks when it
                 has labels); their sum is the output's ``aux_loss`` (None when none was added).
             kwargs: the family inputs named in ``family_inputs``; other keys are ignored.
         """
         if output_hidden_states is None:
             output_hidden_states = bool(getattr(self.config, "output_hidden_states", False))
+        if output_attentions is None:
+            output_attentions = bool(getattr(self.config, "output_attentions", False))
         inputs = prepare_inputs(
             self, input_ids, inputs_embeds, attention_mask, position_ids, resolve_cache_arg(cache, past_key_values),
-            use_cache, output_hidden_states,
+            use_cache, output_hidden_states, output_attentions,
         )
         inputs.aux_losses = [] if collect_aux_loss else None
         hidden = self.layer_loop(inputs, **{name: kwargs[name] for name in self.family_inputs if name in kwargs})
@@ -317,9 +335,10 @@ class SLMBaseModel(SLMPreTrainedModel):
             inputs.hidden_states[-1] = hidden
             hidden_states = tuple(inputs.hidden_states)
         aux_loss = torch.stack(inputs.aux_losses).sum() if inputs.aux_losses else None
+        attentions = tuple(inputs.attentions) if inputs.attentions is not None else None
         return SLMModelOutput(
             last_hidden_state=hidden, cache=inputs.cache if inputs.use_cache else None, hidden_states=hidden_states,
-            aux_loss=aux_loss,
+            attentions=attentions, aux_loss=aux_loss,
         )
 
 
@@ -480,6 +499,7 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
         logits_to_keep: int = 0,
         num_items_in_batch=None,
         output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
         scored_only: bool = False,
         **family_inputs,
     ) -> CausalLMOutputWithPast:
@@ -499,6 +519,7 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
             use_cache=use_cache,
             past_key_values=past_key_values,
             output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
             collect_aux_loss=labels is not None,
             **family_inputs,
         )
@@ -515,6 +536,7 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
             aux_loss = self.weighted_aux_loss(getattr(out, "aux_loss", None), labels, num_items_in_batch)
             loss = loss if aux_loss is None else loss + aux_loss
         result = SLMCausalLMOutput(
-            loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states, aux_loss=aux_loss
+            loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states, attentions=out.attentions,
+            aux_loss=aux_loss,
         )
         return result if return_dict is not False else result.to_tuple()

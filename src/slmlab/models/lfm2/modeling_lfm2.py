@@ -231,7 +231,8 @@ class Lfm2SmallBackbone(SLMBaseModel, Lfm2SmallPreTrainedModel):
         t, mask, x = inputs.length, inputs.attention_mask, inputs.embeds
         cos, sin = self.rotary_emb(inputs.position_ids)
         conv_mask = mask[:, -t:, None].to(x.dtype) if has_padding(mask) else None
-        mixer_inputs = MixerInputs(cos, sin, causal_bias(mask, t, inputs.past + t, x.device), conv_mask)
+        bias = inputs.collect_weights(causal_bias(mask, t, inputs.past + t, x.device))
+        mixer_inputs = MixerInputs(cos, sin, bias, conv_mask)
         for i, layer in enumerate(self.layers):
             x = layer(x, mixer_inputs, inputs.state(i))
             inputs.record(x)

@@ -62,7 +62,7 @@ class LumenModel(SLMBaseModel, LumenPreTrainedModel):
     def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
         x = inputs.embeds
         cos, sin = self.rotary_emb(inputs.position_ids)
-        bias = causal_bias(inputs.attention_mask, inputs.length, inputs.past + inputs.length, x.device)
+        bias = inputs.collect_weights(causal_bias(inputs.attention_mask, inputs.length, inputs.past + inputs.length, x.device))
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, bias, inputs.state(i))
             inputs.record(x)

@@ -108,7 +108,7 @@ class NanoHammerModel(SLMBaseModel, NanoHammerPreTrainedModel):
         b, t, _ = x.shape
         position_ids = inputs.position_ids.expand(b, t)  # [1, T] or [B, T], checked by the frame
         cos, sin = self.rotary_emb(position_ids)
-        bias = hammer_bias(mask, t, inputs.past, self.self_offset, x.device)
+        bias = inputs.collect_weights(hammer_bias(mask, t, inputs.past, self.self_offset, x.device))
 
         rotated = self.holographic_rope.rotate(self.token_to_state(x), position_ids)
         if mask is not None:

@@ -216,6 +216,7 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
     def layer_loop(self, inputs: ForwardInputs) -> torch.Tensor:
         ids = inputs.input_ids
         ctx = ForwardContext(inputs.position_ids, inputs.attention_mask, ids, inputs.aux_losses, self._token_latents(ids))
+        ctx.attention_weights = inputs.attentions
         state = self.readout.start(inputs.embeds)
         for i, layer in enumerate(self.layers):
             layer(state, ctx, inputs.state(i))

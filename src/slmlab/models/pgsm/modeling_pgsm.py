@@ -141,7 +141,7 @@ class PGSMModel(SLMBaseModel, PGSMPreTrainedModel):
         )
         if positions is not None:
             n = len(self.blocks)
-            x = self.retriever(x, positions, inputs.position_ids, key_mask, past, inputs.state(n))
+            x = self.retriever(x, positions, inputs.position_ids, key_mask, past, inputs.state(n), inputs.attentions)
             x = self.post_retrieval_block(x, keep, inputs.state(n + 1))
             inputs.record(x)
         return self.final_norm(x)

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...layers import KVState, RotaryEmbedding, apply_rotary
+from ...layers import AttentionBias, KVState, RotaryEmbedding, apply_rotary
+from ...layers.attention import eager_attention
 
 ROPE_BASE = 10000.0
 
@@ -100,6 +101,7 @@ class QueryOnlyRoPERetriever(nn.Module):
         key_mask: torch.Tensor | None = None,
         past: int = 0,
         state: KVState | None = None,
+        weights: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Apply the retrieval reads that fall on the current tokens.
 
@@ -111,6 +113,9 @@ class QueryOnlyRoPERetriever(nn.Module):
             key_mask: ``[B, past + T]`` bool, True = real token (None = no padding).
             past: number of cached tokens before ``x``.
             state: the retriever's :class:`KVState` when decoding through a cache.
+            weights: the forward's attention-weight list (``output_attentions``): the read runs on the
+                eager path and appends ``[B, H, T, past + T]``, whose row ``i`` is the read of current
+                token ``i`` (zeros where the token is not a retrieval position).
         Returns:
             ``[B, T, D]``: ``x`` with the gated read added at the retrieval positions.
         """
@@ -130,6 +135,8 @@ class QueryOnlyRoPERetriever(nn.Module):
         # Without autograd (decoding) skip the read when no position falls here; with autograd always
         # run it, so every parameter is in the graph on every rank (DDP) and no host sync is needed.
         if positions.shape[1] == 0 or (not torch.is_grad_enabled() and not bool(valid.any())):
+            if weights is not None:
+                weights.append(x.new_zeros(b, self.retrieval_heads, t, k.shape[2]))
             return x
         idx = local.clamp(0, t - 1)  # [B, Q]
         qh = h.gather(1, idx[..., None].expand(-1, -1, d))  # [B, Q, D]
@@ -144,9 +151,14 @@ class QueryOnlyRoPERetriever(nn.Module):
             allowed = allowed & key_mask[:, None, :]
         readable = allowed.any(-1)  # [B, Q]; rows with no key read nothing
         allowed = allowed | ~readable[..., None]
-        read = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=allowed[:, None], dropout_p=self.attn_dropout if self.training else 0.0
-        )
+        dropout = self.attn_dropout if self.training else 0.0
+        if weights is None:
+            read = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None], dropout_p=dropout)
+        else:
+            read, probs = eager_attention(q, k, v, AttentionBias(allowed[:, None], False), dropout)  # probs [B, H, Q, S]
+            probs = probs * (valid & readable)[:, None, :, None].to(probs.dtype)
+            rows = probs.new_zeros(b, self.retrieval_heads, t, k.shape[2])
+            weights.append(rows.scatter_add(2, idx[:, None, :, None].expand_as(probs), probs))
         read = self.out(read.transpose(1, 2).reshape(b, -1, self.retrieval_dim))  # [B, Q, D]
         gate = torch.sigmoid(self.gate(torch.cat((qh, read), dim=-1)))
         delta = gate * read * (valid & readable)[..., None].to(read.dtype)

@@ -37,6 +37,8 @@ class ForwardContext:
             collect them (no labels): a mechanism then skips computing its loss.
         latents: the token generator's latent coordinate of the ids (a ``TokenLatents``: unique-id
             ``z̃ [U, d]``, ``B(z̃) [U, d, K]`` and the ``[B, T]`` inverse index) when JTok-M is on, else None.
+        attention_weights: the sink for attention weights when the forward asked for them
+            (``output_attentions``): each layer's core appends ``[B, H, T·P, S·P]``; else None.
     """
 
     position_ids: torch.Tensor
@@ -44,6 +46,7 @@ class ForwardContext:
     input_ids: torch.Tensor | None = None
     aux_losses: list[torch.Tensor] | None = None
     latents: Any = None
+    attention_weights: list[torch.Tensor] | None = None
 
     def add_aux_loss(self, loss: torch.Tensor) -> None:
         """Record an auxiliary loss (the caller weights it before adding); only call when

@@ -102,7 +102,7 @@ class NeoLLMAttention(nn.Module):
         qs, ks = self.momentum(qs, ks, ctx.position_ids, state)
         qs, ks = self.goat(qs, ks, coords, ctx.position_ids)
         vs = self.lucid(ks, vs, ctx.attention_mask, self.core.resolve_window(t, state), state)
-        o = self.core(qs, ks, vs, ctx.attention_mask, state, self.affine(x, ctx.attention_mask))
+        o = self.core(qs, ks, vs, ctx.attention_mask, state, self.affine(x, ctx.attention_mask), ctx.attention_weights)
         o = self.xsa(self.head_norm(self.collapse(o)), self.v_ref(v, vs))
         o = self.gate(self.routing(o, x), gate)
         return self.o_proj(o.reshape(b, t, self.num_heads * self.head_dim))

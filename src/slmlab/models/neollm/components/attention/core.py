@@ -145,13 +145,16 @@ class AttentionCore(nn.Module):
         mask = mask.repeat_interleave(p, dim=-1).repeat_interleave(p, dim=-2)
         return AttentionBias(mask, False)
 
-    def forward(self, q, k, v, attention_mask=None, state=None, affine=None):
+    def forward(self, q, k, v, attention_mask=None, state=None, affine=None, weights=None):
+        """``weights``: the forward's attention-weight list (``output_attentions``); the call then takes
+        the masked path over every cached key and the attention function's eager path, and appends
+        ``[B, H, T·P, S·P]`` (pseudo-token rows and columns, ``S`` = cached + new tokens)."""
         b, t, h, p, _ = q.shape
         d = v.shape[-1]
         fresh = state is None or state.length == 0
         window = self.resolve_window(t, state)
         dropout = self.dropout if self.training else 0.0
-        if window is not None and fresh and t > 2 * window:
+        if window is not None and fresh and t > 2 * window and weights is None:
             if state is not None:  # prefill: the cache still gets every key/value
                 state.update(*(x.permute(0, 2, 1, 3, 4).reshape(b, x.shape[2], t * p, x.shape[-1]) for x in (k, v)))
             mask = None if attention_mask is None else attention_mask[:, -t:]
@@ -170,7 +173,7 @@ class AttentionCore(nn.Module):
                 "(cached + new); pass the full 2-D mask over past and current tokens"
             )
         kv_len = ks.shape[2] // p
-        if window is not None and kv_len > t + window - 1:  # keys older than every query's window: skip them
+        if window is not None and weights is None and kv_len > t + window - 1:  # keys older than every query's window: skip them
             kv_len = t + window - 1
             ks, vs = ks[:, :, -kv_len * p :], vs[:, :, -kv_len * p :]
         alpha, alpha_ma, mean = None, None, None
@@ -180,6 +183,7 @@ class AttentionCore(nn.Module):
             tokens = vs.view(b, vs.shape[1], kv_len, p, d)
             mean = visible_token_mean(tokens, valid, t, window).repeat_interleave(p, dim=2)
         bias = self.bias(attention_mask, t, kv_len, window, q.device)
+        bias.weights = weights
         call = AttentionCall(bias, dropout, self.scale, alpha, alpha_ma, mean)
         out = self.attend(qs, ks, vs, call)
         return out.view(b, h, t, p, d).permute(0, 2, 1, 3, 4)

@@ -92,7 +92,10 @@ def visible_mean(v: torch.Tensor, bias: AttentionBias, n_q: int, groups: int) ->
 
 def affine_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> torch.Tensor:
     """Affine-scaled attention by the exact identity ``α·SDPA + (α_ma − α)·visible mean`` (shapes as
-    :func:`softmax_attention`; ``call.alpha`` and ``call.alpha_ma`` required)."""
+    :func:`softmax_attention`; ``call.alpha`` and ``call.alpha_ma`` required). When the forward asks for
+    attention weights it runs :func:`affine_attention_eager`, which materialises them."""
+    if call.bias.weights is not None:
+        return affine_attention_eager(q, k, v, call)
     out = sdpa(q, k, v, call.bias, call.dropout, call.scale)
     with torch.autocast(q.device.type, enabled=False):
         alpha = call.alpha[..., None]
@@ -121,6 +124,8 @@ def affine_attention_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
         alpha = call.alpha[..., None]
         beta = (call.alpha_ma[None, :, None, None] - alpha) / visible.sum(-1, keepdim=True).clamp(min=1)
         weights = alpha * probs + beta * visible
+        if call.bias.weights is not None:  # output_attentions: the weights that multiply V
+            call.bias.weights.append(weights.to(q.dtype))
         return (weights @ vf).to(v.dtype)
 
 
