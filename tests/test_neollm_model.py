@@ -47,6 +47,26 @@ class TestNeoLLMFamily(FamilyTester):
 
 
 # -- the seed's default budget ----------------------------------------------------------------------
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_affine_attention_weights_are_the_weights_on_v(attn_implementation):
+    """With affine-scaled attention, ``output_attentions`` reports ``α·p + β`` over the visible keys:
+    each row sums to ``α_ma`` (1 at init), and the logits equal the fused path's."""
+    model = tiny_model(use_affine_scaled_attention=True)
+    model.config._attn_implementation = attn_implementation
+    model = NeoLLMForCausalLM(model.config).eval()
+    model.model.spelling_bee.set_byte_table_from_bytes(toy_byte_table(model.config.vocab_size))
+    with torch.no_grad():
+        for layer in model.model.layers:  # move alpha_ma off 1 so the row sums check the affine term
+            layer.self_attn.affine.alpha_ma.fill_(0.8)
+    ids = torch.randint(1, model.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        out = model(input_ids=ids, output_attentions=True)
+        plain = model(input_ids=ids)
+    torch.testing.assert_close(out.logits, plain.logits, atol=ATOL, rtol=0)
+    for weights in out.attentions:
+        torch.testing.assert_close(weights.sum(-1), torch.full(weights.shape[:-1], 0.8), atol=ATOL, rtol=0)
+
+
 def test_default_parameter_budget_matches_the_spec():
     with torch.device("meta"):
         rows = audit_parameters(NeoLLMForCausalLM(NeoLLMConfig()))
