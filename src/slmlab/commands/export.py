@@ -7,14 +7,13 @@ from pathlib import Path
 from ._common import command_parser
 
 TARGETS = {
-    "hf": "every family: lumen and lfm2 as transformers' LlamaForCausalLM / Lfm2ForCausalLM, pgsm, nanohammer and"
-          " neollm as remote code (trust_remote_code=True)",
-    "gguf": "lumen and lfm2 (llama.cpp's llama and lfm2 architectures)",
+    "hf": "every family: lumen and lfm2 as transformers' own Llama/Lfm2 classes, the others as remote code",
+    "gguf": "lumen and lfm2, llama.cpp architectures",
 }
 
 
 def _targets() -> str:
-    return "; ".join(f"{name} ({what})" for name, what in TARGETS.items())
+    return ", ".join(f"{name} ({what})" for name, what in TARGETS.items())
 
 
 def export_command(argv: list[str]) -> int:

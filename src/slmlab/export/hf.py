@@ -43,8 +43,6 @@ class HFExport:
 def _torch_dtype(dtype: str):
     import torch
 
-    if dtype not in HF_DTYPES:
-        raise ValueError(f"--dtype {dtype!r} is not available for --to hf; choose one of {', '.join(HF_DTYPES)} (q8_0 is for --to gguf)")
     return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
 
 
@@ -96,13 +94,16 @@ def export_hf(source: str | Path, out: str | Path, *, force: bool = False, dtype
         ValueError: a non-empty ``out`` without ``force``, an unknown dtype, a model with no tokenizer.
         FileNotFoundError / CheckpointError: nothing usable at ``source``.
     """
+    if dtype not in HF_DTYPES:  # checked before torch is imported: bad arguments fail at once
+        raise ValueError(f"--dtype {dtype!r} is not available for --to hf; choose one of {', '.join(HF_DTYPES)}"
+                         " (q8_0 is for --to gguf)")
+    out = Path(out)
+    check_output_folder(out, force=force, source=Path(source))
     from transformers import GenerationConfig
 
     from ..train.checkpoint import _quiet_hf_progress
 
-    out = Path(out)
     torch_dtype = _torch_dtype(dtype)
-    check_output_folder(out, force=force, source=Path(source))
     src = load_source(source)
     if src.tokenizer is None:
         raise ValueError(f"{src.checkpoint} has no tokenizer.json; an export carries the model's tokenizer: export a"
