@@ -235,17 +235,21 @@ def test_decode_with_global_iha_layers():
 
 @pytest.mark.parametrize("prefill", [3, 12, 17])
 def test_auto_window_is_frozen_by_the_first_cached_call(prefill):
+    """Each row's window is max(1, L // 8) of its real prefill tokens (row 1 has 3 pads), frozen for
+    the decoding steps: every row equals a fixed-window block with its own window."""
     a = perturbed(tiny(iha_sliding_window=None), 0)
     x, pos, mask = padded_batch(t=prefill + 6)
+    rows = (mask[:, :prefill].sum(-1) // 8).clamp(min=1).tolist()
+    real = mask.bool()
     with torch.no_grad():
         step, st = decode(a, x, pos, mask, [prefill] + [1] * 6)
-        assert st.window == max(1, prefill // 8)
-        fixed = perturbed(tiny(iha_sliding_window=st.window), 0)
-        full, _ = run(fixed, x, pos, mask)
-        auto_full, _ = run(a, x, pos, mask)  # resolves max(1, T // 8) from the whole length instead
-    real = mask.bool()
-    assert (full - step)[real].abs().max() <= ATOL
-    if max(1, (prefill + 6) // 8) != st.window:
+        frozen = st.window.tolist() if isinstance(st.window, torch.Tensor) else [st.window] * len(rows)
+        assert frozen == rows
+        for row, window in enumerate(rows):
+            full, _ = run(perturbed(tiny(iha_sliding_window=window), 0), x, pos, mask)
+            assert (full - step)[row][real[row]].abs().max() <= ATOL
+        auto_full, _ = run(a, x, pos, mask)  # resolves each row's window from its whole length instead
+    if (mask.sum(-1) // 8).clamp(min=1).tolist() != rows:
         assert (auto_full - step)[real].abs().max() > 1e-3
 
 

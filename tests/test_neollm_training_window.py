@@ -90,3 +90,68 @@ def test_a_window_frozen_from_a_prefill_warns_once_naming_it(caplog):
     warnings = [r for r in caplog.records if "froze their window" in r.getMessage()]
     assert len(warnings) == 1
     assert "W=1" in warnings[0].getMessage() and "iha_sliding_window" in warnings[0].getMessage()
+
+
+# -- the automatic window is taken from each row's real length ----------------------------------
+ROW_OPTIONS = {
+    "plain": {},
+    "lucid": {"use_lucid_attention": True},
+    "affine": {"use_affine_scaled_attention": True},
+}
+
+
+def automatic_window_model(**overrides) -> NeoLLMForCausalLM:
+    torch.manual_seed(0)
+    config = NeoLLMConfig(
+        **{**PRESETS["neollm-tiny"], "use_spelling_bee_embeddings": False, "iha_sliding_window": None, **overrides}
+    )
+    return NeoLLMForCausalLM(config).eval()
+
+
+def padded_batch(row: torch.Tensor, other: torch.Tensor, pads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``row`` behind ``pads`` left pads, stacked over ``other`` (``len(other) == pads + len(row)``)."""
+    ids = torch.stack((torch.cat((torch.zeros(pads, dtype=torch.long), row)), other))
+    mask = torch.ones_like(ids)
+    mask[0, :pads] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("option", sorted(ROW_OPTIONS))
+def test_a_left_padded_row_equals_the_row_alone_in_forward(option):
+    """9 pads before 17 tokens: the row's window is max(1, 17 // 8) = 2 in the batch as alone (the
+    padded length 26 would give 3); the other row (26 real tokens) keeps its own W = 3."""
+    model = automatic_window_model(**ROW_OPTIONS[option])
+    g = torch.Generator().manual_seed(1)
+    row, other = torch.randint(1, 300, (17,), generator=g), torch.randint(1, 300, (26,), generator=g)
+    ids, mask = padded_batch(row, other, 9)
+    with torch.no_grad():
+        batch = model(ids, attention_mask=mask).logits
+        torch.testing.assert_close(batch[0, 9:], model(row[None]).logits[0], atol=ATOL, rtol=0)
+        torch.testing.assert_close(batch[1], model(other[None]).logits[0], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("option", sorted(ROW_OPTIONS))
+def test_a_left_padded_row_decodes_as_the_row_alone(option):
+    """Prefill a 17-token prompt behind 9 pads (W frozen per row: 2 and 3), then feed 6 tokens one at
+    a time: every step's logits equal the row decoded alone (its W frozen from its own 17 tokens)."""
+    model = automatic_window_model(**ROW_OPTIONS[option])
+    g = torch.Generator().manual_seed(2)
+    row, other = torch.randint(1, 300, (23,), generator=g), torch.randint(1, 300, (32,), generator=g)
+    ids, mask = padded_batch(row, other, 9)
+
+    def stepwise(ids, mask, prefill):
+        with torch.no_grad():
+            out = model(ids[:, :prefill], attention_mask=None if mask is None else mask[:, :prefill], use_cache=True)
+            logits, cache = [out.logits], out.cache
+            for t in range(prefill, ids.shape[1]):
+                step_mask = None if mask is None else mask[:, : t + 1]
+                out = model(ids[:, t : t + 1], attention_mask=step_mask, cache=cache, use_cache=True)
+                logits.append(out.logits)
+        return torch.cat(logits, dim=1), cache
+
+    batch, cache = stepwise(ids, mask, 9 + 17)
+    alone, alone_cache = stepwise(row[None], None, 17)
+    local = [s.window for s in cache if getattr(s, "window", None) is not None]
+    assert local and all(w.tolist() == [2, 3] for w in local)
+    assert {s.window for s in alone_cache if getattr(s, "window", None) is not None} == {2}
+    torch.testing.assert_close(batch[0, 9:], alone[0], atol=ATOL, rtol=0)

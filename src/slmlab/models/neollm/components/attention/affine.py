@@ -39,7 +39,9 @@ class AffineTerms:
     mean: torch.Tensor | None = None
 
 
-def visible_token_mean(values: torch.Tensor, valid: torch.Tensor | None, q_len: int, window: int | None) -> torch.Tensor:
+def visible_token_mean(
+    values: torch.Tensor, valid: torch.Tensor | None, q_len: int, window: int | torch.Tensor | None
+) -> torch.Tensor:
     """Mean of the values each query token may read, by prefix sums over tokens (``O(S·D)``), fp32.
 
     Query token ``i`` is key token ``S − q_len + i``; it reads key tokens ``s ≤ i`` with ``i − s < W``
@@ -47,7 +49,8 @@ def visible_token_mean(values: torch.Tensor, valid: torch.Tensor | None, q_len: 
     mask is token-level). A query that reads nothing (a pad row) gets 0.
 
     Args:
-        values: ``[B, H_kv, S, P, D]``; valid: ``[B, S]`` bool or None; q_len: ``T``; window: ``W`` or None.
+        values: ``[B, H_kv, S, P, D]``; valid: ``[B, S]`` bool or None; q_len: ``T``; window: ``W``, one
+            window per row (``[B]``) or None.
     Returns:
         ``[B, H_kv, T, D]``.
     """
@@ -58,6 +61,11 @@ def visible_token_mean(values: torch.Tensor, valid: torch.Tensor | None, q_len: 
     sums = torch.cat((zero, per_token.cumsum(2)), dim=2)  # [B, H_kv, S + 1, D]
     counts = torch.cat((w.new_zeros(b, 1), w.cumsum(1)), dim=1)  # [B, S + 1]
     hi = torch.arange(s - q_len + 1, s + 1, device=values.device)
+    if isinstance(window, torch.Tensor):  # one window per row: gather each row's lower ends
+        lo = (hi[None] - window.to(hi.device)[:, None]).clamp(min=0)  # [B, T]
+        n = (counts[:, hi] - counts.gather(1, lo)) * p
+        low_sums = sums.gather(2, lo[:, None, :, None].expand(-1, sums.shape[1], -1, sums.shape[-1]))
+        return (sums[:, :, hi] - low_sums) / n.clamp(min=1.0)[:, None, :, None]
     lo = torch.zeros_like(hi) if window is None else (hi - window).clamp(min=0)
     n = (counts[:, hi] - counts[:, lo]) * p
     return (sums[:, :, hi] - sums[:, :, lo]) / n.clamp(min=1.0)[:, None, :, None]

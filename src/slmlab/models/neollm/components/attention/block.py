@@ -101,7 +101,7 @@ class NeoLLMAttention(nn.Module):
         qs, ks, coords = self.positions(x, ctx.position_ids, qs, ks)
         qs, ks = self.momentum(qs, ks, ctx.position_ids, state)
         qs, ks = self.goat(qs, ks, coords, ctx.position_ids)
-        vs = self.lucid(ks, vs, ctx.attention_mask, self.core.resolve_window(t, state), state)
+        vs = self.lucid(ks, vs, ctx.attention_mask, self.core.resolve_window(t, state, ctx.attention_mask), state)
         o = self.core(qs, ks, vs, ctx.attention_mask, state, self.affine(x, ctx.attention_mask), ctx.attention_weights)
         o = self.xsa(self.head_norm(self.collapse(o)), self.v_ref(v, vs))
         o = self.gate(self.routing(o, x), gate)

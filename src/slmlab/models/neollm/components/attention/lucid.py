@@ -28,6 +28,8 @@ import math
 import torch
 from torch import nn
 
+from .core import window_reach, within_window
+
 
 def lucid_matrix(k_rows, k_cols, visible, eps: float) -> torch.Tensor:
     """Off-diagonal ``L`` entries ``exp(k̂_t·k̂_s/√D − √D)`` where ``visible``, else 0.
@@ -47,8 +49,9 @@ class LucidPreconditioner(nn.Module):
         eps: ``lucid_attention_eps``.
     Shapes:
         k ``[B, T, H_kv, P, D']`` (final keys; the first ``D`` channels are content), v ``[B, T, H_kv, P, D]``,
-        attention_mask ``[B, past + T]`` or None, window ``W`` or None, state: the layer's
-        :class:`NeoLLMAttentionState` (read only: its cached keys and ``V′``) -> ``V′ [B, T, H_kv, P, D]``.
+        attention_mask ``[B, past + T]`` or None, window ``W`` (an int, one per row ``[B]``, or None),
+        state: the layer's :class:`NeoLLMAttentionState` (read only: its cached keys and ``V′``)
+        -> ``V′ [B, T, H_kv, P, D]``.
     """
 
     def __init__(self, eps: float) -> None:
@@ -66,7 +69,7 @@ class LucidPreconditioner(nn.Module):
             kn = k[..., :d].float().permute(0, 2, 3, 1, 4)  # [B, Hk, P, T, D]
             vn = v.float().permute(0, 2, 3, 1, 4)
             past = 0 if state is None or state.keys is None else state.num_tokens
-            keep = past if window is None else min(past, window - 1)
+            keep = past if window is None else min(past, window_reach(window) - 1)
             if keep:
                 ck = state.keys[:, :, (past - keep) * p : past * p].view(b, hk, keep, p, -1)[..., :d]
                 cv = state.values[:, :, (past - keep) * p : past * p].view(b, hk, keep, p, d)
@@ -79,10 +82,10 @@ class LucidPreconditioner(nn.Module):
             kj = torch.arange(s, device=v.device)[None, :]
             vis = kj < qi
             if window is not None:
-                vis = vis & (qi - kj < window)
+                vis = vis & within_window(qi - kj, window)
             if attention_mask is not None:
                 valid = attention_mask[:, -s:].bool()
-                vis = vis[None] & valid[:, None, :] & valid[:, keep:, None]
+                vis = vis & valid[:, None, :] & valid[:, keep:, None]
                 vis = vis[:, None, None]  # [B, 1, 1, T, S]
             lower = lucid_matrix(kn, cols, vis, self.eps)  # [B, Hk, P, T, S]
             rhs = vn if vp is None else vn - lower[..., :keep] @ vp
