@@ -91,7 +91,9 @@ def test_base_is_integer_exact_and_every_id_gets_its_own_coordinates():
 
 @pytest.mark.parametrize("knots", [2, 5, 32])
 def test_basis_matches_the_cardinal_b_spline_and_rows_sum_to_one(knots):
-    z = torch.tensor([0.0, 1e-4, 0.13, 0.5, 0.77, 0.999, 1.0], dtype=torch.float64)
+    ties = (torch.arange(knots - 1, dtype=torch.float64) + 0.5) / (knots - 1)  # half-way between two knots
+    spread = torch.rand(200, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    z = torch.cat([torch.tensor([0.0, 1e-4, 0.13, 0.5, 0.77, 0.999, 1.0], dtype=torch.float64), ties, spread])
     got = khronos_basis(z, knots)
     want = torch.tensor([reference_basis(float(v), knots) for v in z], dtype=torch.float64)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)

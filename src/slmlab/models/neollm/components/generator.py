@@ -48,15 +48,23 @@ def latent_coordinates(ids: torch.Tensor, base: int, k: int) -> torch.Tensor:
 
 
 def khronos_basis(z: torch.Tensor, num_knots: int) -> torch.Tensor:
-    """The quadratic B-spline basis of ``z ∈ (0, 1)`` at ``K`` uniform knots, normalised over the knots.
+    """The quadratic B-spline basis of ``z ∈ [0, 1]`` at ``K`` uniform knots, normalised over the knots.
+
+    Only the nearest knot ``c = round(z (K-1))`` and its two neighbours can be non-zero (every other
+    knot is at least 1.5 spacings away), so the three values are computed and scattered into the
+    ``K`` slots: the same numbers as evaluating all ``K``, with a tenth of the elementwise work.
 
     Shapes:
         z ``[...]`` -> ``[..., K]`` (the dtype of ``z``).
     """
-    knots = torch.linspace(0.0, 1.0, num_knots, device=z.device, dtype=z.dtype)
-    u = (z[..., None] - knots).abs() * (num_knots - 1)
+    x = z * (num_knots - 1)
+    knot = x.detach().round().long()[..., None] + torch.arange(-1, 2, device=z.device)  # [..., 3]
+    u = (x[..., None] - knot.to(x.dtype)).abs()
     raw = torch.where(u < 0.5, 0.75 - u * u, torch.where(u < 1.5, 0.5 * (1.5 - u) ** 2, torch.zeros_like(u)))
-    return raw / (raw.sum(-1, keepdim=True) + BASIS_EPS)
+    raw = raw * ((knot >= 0) & (knot < num_knots)).to(raw.dtype)  # knots beyond the ends do not exist
+    values = raw / (raw.sum(-1, keepdim=True) + BASIS_EPS)
+    slots = knot.clamp(0, num_knots - 1)  # a clamped slot receives a zero: scatter_add leaves it intact
+    return torch.zeros(*z.shape, num_knots, device=z.device, dtype=z.dtype).scatter_add(-1, slots, values)
 
 
 @dataclass
@@ -136,11 +144,12 @@ class LeviathanGenerator(nn.Module):
         return torch.sigmoid(0.5 * self.scale[modes].float() * a)
 
     def _embed_unique(self, ids: torch.Tensor) -> torch.Tensor:
-        z = self.mode_latents(self.seed(ids))  # [U, M, d]
-        basis = khronos_basis(z, self.num_knots)  # [U, M, d, K]
-        phi = torch.einsum("umdk,mdkr->umdr", basis, 1.0 + self.delta.float())
-        y = phi.prod(dim=2)  # [U, M, R]: the product over the d seed dimensions
-        return torch.einsum("umr,mhr->uh", y, self.out_proj.float())
+        z = self.mode_latents(self.seed(ids)).permute(1, 2, 0)  # [M, d, U]: (mode, seed dim) batches the products
+        m, d, u = z.shape
+        basis = khronos_basis(z, self.num_knots).view(m * d, u, self.num_knots)
+        phi = torch.bmm(basis, (1.0 + self.delta.float()).view(m * d, self.num_knots, -1))  # [M·d, U, R]
+        y = phi.view(m, d, u, -1).prod(dim=1)  # [M, U, R]: the product over the d seed dimensions
+        return torch.einsum("mur,mhr->uh", y, self.out_proj.float())
 
     def embed_unique(self, ids: torch.Tensor) -> torch.Tensor:
         """Embeddings of distinct ids ``[U]`` -> ``[U, D]`` (the parameters' dtype), in chunks, in fp32."""
