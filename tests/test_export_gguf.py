@@ -201,6 +201,14 @@ def test_model_without_tokenizer_is_ids_only(tmp_path):
     assert f["tokenizer.ggml.model"] == "none" and "tokenizer.ggml.tokens" not in f
 
 
+def test_synthetic_task_run_is_ids_only(tmp_path):
+    """A synthetic-task run's byte tokenizer only labels the task's ids: no vocabulary, no specials."""
+    folder = save(tmp_path, build("lumen"), byte_tokenizer())
+    (folder / "run.yaml").write_text("data: mqar:cpu\n")
+    _, _, f = read(export_gguf(folder, tmp_path / "m.gguf", dtype="f32", force=False))
+    assert f["tokenizer.ggml.model"] == "none" and "tokenizer.ggml.eos_token_id" not in f
+
+
 def test_refuses_other_families(tmp_path):
     from slmlab.models.pgsm import PGSMConfig, PGSMForCausalLM
     from test_pgsm import TINY

@@ -25,8 +25,9 @@ unused ``[PADi]`` tokens up to the model's ``vocab_size``), their types (special
 tokens), the merges in rank order, bos/eos/pad ids, ``tokenizer.ggml.model = "gpt2"`` and the
 pre-tokenizer ``gpt-2``, whose split regex is that of the ``tokenizers`` ByteLevel pre-tokenizer
 slmlab's BPE and byte tokenizers use. Neither adds bos/eos when encoding (as slmlab's tokenizer).
-A model saved without a tokenizer (e.g. a synthetic-task run) gets ``tokenizer.ggml.model = "none"``:
-llama.cpp then takes token ids only.
+A model saved without a tokenizer, or a synthetic-task run (whose ids are the task's own; its byte
+tokenizer only labels them), gets ``tokenizer.ggml.model = "none"``: llama.cpp then takes token ids
+only.
 """
 
 from __future__ import annotations
@@ -57,19 +58,20 @@ def export_gguf(source: Path, out: Path, *, dtype: str = "f32", force: bool = Fa
         ValueError: a family llama.cpp does not run, a dtype the model cannot take, an existing
             ``out`` without ``force``, a tokenizer that is not byte-level BPE.
     """
-    from ..commands._common import load_for_inference
     from ..models.registry import check_saved_model_type
     from ..train.checkpoint import resolve_checkpoint
+    from .common import load_source
 
     check_dtype(dtype)
     out = Path(out)
     _check_out_file(out, force)
-    ckpt = resolve_checkpoint(source)
-    family = check_saved_model_type(ckpt)
-    check_family(family.name)
-    _, model, tokenizer, _ = load_for_inference(ckpt, device="cpu")
-    run_name = Path(source).resolve().name
-    return write_gguf(model, tokenizer, out, dtype=dtype, name=run_name)
+    check_family(check_saved_model_type(resolve_checkpoint(source)).name)  # before any weight is read
+    src = load_source(source)
+    # a synthetic task's ids are its own (its byte tokenizer only labels them): ids only, no specials
+    synthetic = src.tokenizer is not None and all(v is None for v in src.special_ids.values())
+    return write_gguf(src.model, None if synthetic else src.tokenizer, out, dtype=dtype,
+                      name=(src.run_dir or src.checkpoint).name, special_ids=src.special_ids,
+                      context_length=src.trained_context)
 
 
 def check_dtype(dtype: str) -> None:
@@ -237,10 +239,10 @@ class GGUFVocab:
     pad: int | None
 
 
-def gguf_vocab(tokenizer, vocab_size: int) -> GGUFVocab:
+def gguf_vocab(tokenizer, vocab_size: int, special_ids: dict | None = None) -> GGUFVocab:
     """The GGUF vocabulary of a byte-level BPE ``PreTrainedTokenizerFast`` (slmlab's BPE and byte
-    tokenizers), for a model of ``vocab_size`` rows; refuses a tokenizer llama.cpp would split
-    differently."""
+    tokenizers), for a model of ``vocab_size`` rows, with ``special_ids`` (default: the tokenizer's
+    bos/eos/pad); refuses a tokenizer llama.cpp would split differently."""
     import gguf
 
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
@@ -265,8 +267,8 @@ def gguf_vocab(tokenizer, vocab_size: int) -> GGUFVocab:
             tokens.append(by_id[i])
             types.append(gguf.TokenType.NORMAL)
     merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"].get("merges") or []]
-    return GGUFVocab(tokens, [int(t) for t in types], merges, tokenizer.bos_token_id, tokenizer.eos_token_id,
-                     tokenizer.pad_token_id)
+    ids = special_ids or {name: getattr(tokenizer, name) for name in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    return GGUFVocab(tokens, [int(t) for t in types], merges, ids["bos_token_id"], ids["eos_token_id"], ids["pad_token_id"])
 
 
 def _check_byte_level_bpe(spec: dict) -> None:
@@ -327,7 +329,8 @@ def _writer_class():
 # -- the file --------------------------------------------------------------------------------------
 
 
-def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | None = None) -> Path:
+def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | None = None,
+               special_ids: dict | None = None, context_length: int | None = None) -> Path:
     """Write a lumen or lfm2 ``model`` (and its ``tokenizer``, or None) to the GGUF file ``out``
     (overwritten; written to a temporary file first, so a failure leaves no partial file).
 
@@ -337,6 +340,10 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
         out: the file to write.
         dtype: ``f32``, ``f16`` or ``q8_0``.
         name: ``general.name`` (default: the family).
+        special_ids: ``{"bos_token_id": .., "eos_token_id": .., "pad_token_id": ..}`` (default: the
+            tokenizer's).
+        context_length: the trained context (default: the tokenizer's ``model_max_length`` when
+            recorded, else the model's position limit).
     """
     import gguf
 
@@ -357,7 +364,7 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
                 f" {array.shape[-1]}: use --dtype f16 or f32"
             )
         tensors.append((gguf_name, array, qtype))
-    vocab = None if tokenizer is None else gguf_vocab(tokenizer, config.vocab_size)
+    vocab = None if tokenizer is None else gguf_vocab(tokenizer, config.vocab_size, special_ids)
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -367,7 +374,7 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
         writer = _writer_class()(tmp, gguf.MODEL_ARCH_NAMES[model_arch])
         writer.add_type(gguf.GGUFType.MODEL)
         writer.add_name(name or family)
-        writer.add_context_length(trained_context(tokenizer) or config.max_position_embeddings)
+        writer.add_context_length(context_length or trained_context(tokenizer) or config.max_position_embeddings)
         arch.metadata(writer, config)
         file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
                      "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype]
