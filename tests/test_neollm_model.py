@@ -67,6 +67,23 @@ def test_affine_attention_weights_are_the_weights_on_v(attn_implementation):
         torch.testing.assert_close(weights.sum(-1), torch.full(weights.shape[:-1], 0.8), atol=ATOL, rtol=0)
 
 
+def test_assisted_decoding_without_iha_and_momentum_equals_greedy():
+    """Without IHA pseudo-tokens and the momentum shear a NeoLLM cache is plain K/V: drafts roll back."""
+    flags = dict(use_iha=False, use_momentum_attention=False)
+    model, draft = tiny_model(**flags), tiny_model(**flags, num_hidden_layers=2)
+    assert model.crop_refusal() is None and "momentum" in tiny_model(use_iha=False).crop_refusal()
+    with torch.no_grad():  # a draft that often disagrees, so verification rolls tokens back
+        generator = torch.Generator().manual_seed(1)
+        for p in draft.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=generator))
+    ids = torch.randint(1, model.config.vocab_size, (1, 6))
+    greedy = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False)
+    expected = model.generate(ids, **greedy)
+    assert not torch.equal(draft.generate(ids, **greedy), expected)
+    assert torch.equal(model.generate(ids, assistant_model=draft, **greedy), expected)
+    assert torch.equal(model.generate(ids, prompt_lookup_num_tokens=3, **greedy), expected)
+
+
 def test_default_parameter_budget_matches_the_spec():
     with torch.device("meta"):
         rows = audit_parameters(NeoLLMForCausalLM(NeoLLMConfig()))
