@@ -49,6 +49,10 @@ class ConcatenatedWeights:
         self._value: torch.Tensor | None = None
 
     def __call__(self, *weights: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            # A captured graph concatenates in the graph: no Python-side cache to consult (a
+            # ContextVar read is a graph break) and no traced tensor kept past the trace.
+            return torch.cat(weights)
         epoch = _FROZEN_EPOCH.get()
         if epoch is None or (torch.is_grad_enabled() and any(w.requires_grad for w in weights)):
             return torch.cat(weights)

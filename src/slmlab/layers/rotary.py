@@ -72,11 +72,15 @@ class RotaryEmbedding(nn.Module):
         idx = torch.arange(0, self.rotary_dim, 2, dtype=torch.float32, device=device)
         return 1.0 / (self.base ** (idx / self.rotary_dim))
 
-    def _build(self, length: int, device: torch.device) -> None:
+    def _compute(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin ``[length, R]`` in fp32 for positions ``0 .. length-1``."""
         t = torch.arange(length, device=device, dtype=torch.float32)
         freqs = torch.outer(t, self.inv_freq(device))
         emb = torch.cat((freqs, freqs), dim=-1)
-        self._cos, self._sin = emb.cos(), emb.sin()
+        return emb.cos(), emb.sin()
+
+    def _build(self, length: int, device: torch.device) -> None:
+        self._cos, self._sin = self._compute(length, device)
 
     def tables(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Return cos/sin tables of at least ``length`` rows on ``device``."""
@@ -86,5 +90,11 @@ class RotaryEmbedding(nn.Module):
         return self._cos, self._sin
 
     def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.tables(int(position_ids.max()) + 1 if position_ids.numel() else 1, position_ids.device)
+        if torch.compiler.is_compiling():
+            # A captured graph (torch.export, ONNX, torch.compile) cannot size a table from the
+            # positions' values: it computes a table of the static max_position_embeddings rows (the
+            # frame refuses longer sequences) and caches nothing (no traced tensor outlives the trace).
+            cos, sin = self._compute(self._initial_len, position_ids.device)
+        else:
+            cos, sin = self.tables(int(position_ids.max()) + 1 if position_ids.numel() else 1, position_ids.device)
         return cos[position_ids], sin[position_ids]

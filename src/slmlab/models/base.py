@@ -23,7 +23,10 @@ def validate_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
         raise TypeError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
-    if input_ids.numel():
+    # The range check reads the ids' values, which a captured graph (torch.export, torch.onnx.export,
+    # torch.compile(fullgraph=True)) cannot branch on: it is an eager-only check, and a caller of a
+    # captured graph validates its ids itself (docs/graph-capture.md).
+    if input_ids.numel() and not torch.compiler.is_compiling():
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= vocab_size:
             bad = lo if lo < 0 else hi
@@ -67,6 +70,8 @@ def validate_labels(labels: torch.Tensor, shape: tuple[int, int], vocab_size: in
         )
     if labels.is_floating_point():
         raise TypeError(f"labels must be an integer tensor, got dtype {labels.dtype}")
+    if torch.compiler.is_compiling():  # the range check reads values: eager only (see validate_input_ids)
+        return
     bad = labels[(labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))]
     if bad.numel():
         raise ValueError(

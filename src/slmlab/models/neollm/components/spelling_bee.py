@@ -86,7 +86,7 @@ class SpellingBee(nn.Module):
         self._ready = True
 
     def _check_ready(self) -> None:
-        if not self._ready:
+        if not self._ready and not torch.compiler.is_compiling():  # reads a buffer's value: eager only
             self._ready = bool(self.table_ready)
             if not self._ready:
                 raise RuntimeError(
@@ -125,7 +125,11 @@ class SpellingBee(nn.Module):
         return total * lengths.clamp(min=1).to(emb.dtype).rsqrt()[:, None], lengths
 
     def forward(self, e_tok: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        unique, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+        flat = ids.reshape(-1)
+        if torch.compiler.is_compiling():  # torch.unique's size depends on the values: spell every id
+            unique, inverse = flat, torch.arange(flat.numel(), device=flat.device)
+        else:
+            unique, inverse = torch.unique(flat, return_inverse=True)
         spelled, lengths = self.spell(unique)
         mixed = torch.where((lengths > 0)[:, None], 0.5 * spelled, torch.zeros_like(spelled))
         half = torch.where(lengths > 0, 0.5, 1.0).to(e_tok.dtype)

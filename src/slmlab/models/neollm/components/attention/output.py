@@ -49,7 +49,7 @@ def hadamard_matrix(n: int, device=None, dtype=torch.float32) -> torch.Tensor:
     idx = torch.arange(n, device=device)
     both = idx[:, None] & idx[None, :]
     parity = torch.zeros_like(both)
-    while bool(both.any()):
+    for _ in range((n - 1).bit_length()):  # i & j < n: this many bits (a static count, so graphs capture it)
         parity ^= both & 1
         both = both >> 1
     return (1 - 2 * parity).to(dtype)
@@ -99,6 +99,8 @@ class HadamardOutput(nn.Module):
         init_module.zeros_(self.beta)
 
     def matrix(self, device, dtype) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # a traced tensor must not outlive the trace: build, never cache
+            return (hadamard_matrix(self.width, device, torch.float32) / math.sqrt(self.width)).to(dtype)
         m = self._matrix
         if m is None or m.device != device or m.dtype != dtype:
             m = self._matrix = (hadamard_matrix(self.width, device, torch.float32) / math.sqrt(self.width)).to(dtype)

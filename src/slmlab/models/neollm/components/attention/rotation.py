@@ -51,6 +51,8 @@ class FrequencyTable:
         self._cached: torch.Tensor | None = None
 
     def get(self, device: torch.device) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # a traced tensor must not outlive the trace: build, never cache
+            return torch.tensor(self.freqs, dtype=torch.float32, device=device)
         if self._cached is None or self._cached.device != device:
             self._cached = torch.tensor(self.freqs, dtype=torch.float32, device=device)
         return self._cached
