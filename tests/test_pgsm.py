@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
 
 from family_tester import ATOL, FamilyTester, left_pad
 from slmlab.generation import generate
@@ -392,6 +394,28 @@ def test_tie_word_embeddings_is_the_hf_name_of_tie_weights():
     assert untied.lm_head.weight is not untied.model.token_emb.weight
     with pytest.raises(ValueError, match="contradicts"):
         PGSMConfig(**TINY, tie_weights=True, tie_word_embeddings=False)
+
+
+def test_a_seed_config_untied_after_construction_saves_and_loads_untied(tmp_path):
+    """The seed's ``tie_weights=True``, then ``tie_word_embeddings=False``: one switch, so the untied
+    model saves (config.json keeps only ``tie_word_embeddings``) and loads back untied, same logits."""
+    cfg = PGSMConfig(**TINY, tie_weights=True)
+    cfg.tie_word_embeddings = False
+    assert cfg.tie_weights is False
+    torch.manual_seed(0)
+    model = PGSMForCausalLM(cfg).eval()
+    assert model.lm_head.weight is not model.model.token_emb.weight
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["tie_word_embeddings"] is False and "tie_weights" not in saved
+    again = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert again.config.tie_weights is False and again.lm_head.weight is not again.model.token_emb.weight
+    torch.testing.assert_close(again.lm_head.weight, model.lm_head.weight, atol=0, rtol=0)
+    ids = torch.randint(0, TINY["vocab_size"], (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids).logits, model(ids).logits, atol=ATOL, rtol=0)
+    cfg.tie_weights = True  # the seed's name sets the same switch
+    assert cfg.tie_word_embeddings is True
 
 
 def test_retrieval_shape_is_only_checked_when_the_retriever_is_built():

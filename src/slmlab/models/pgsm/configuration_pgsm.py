@@ -125,6 +125,17 @@ class PGSMConfig(PretrainedConfig):
         kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs}
         super().__init__(tie_word_embeddings=self.tie_weights, **kwargs)
 
+    @property
+    def tie_weights(self) -> bool:
+        """The seed's name of ``tie_word_embeddings``: one stored switch (``config.json`` keeps only
+        ``tie_word_embeddings``), so setting either name unties or ties, and the config saves and
+        loads back whatever it was built with."""
+        return bool(self.tie_word_embeddings)
+
+    @tie_weights.setter
+    def tie_weights(self, value: bool) -> None:
+        self.tie_word_embeddings = bool(value)
+
     def _validate(self) -> None:
         for name in ("vocab_size", "block_size", "dim", "layers", "hidden", "kernel_size"):
             value = getattr(self, name)
