@@ -259,3 +259,16 @@ def test_slmlab_train_logs_aux_loss(tmp_path):
     records = read_metrics(out / "metrics.jsonl", "train")
     assert [r["step"] for r in records] == [1, 2]
     assert all(0 < r["aux_loss"] < r["loss"] and math.isfinite(r["aux_loss"]) for r in records)
+
+
+def test_router_runs_in_fp32_under_bf16_autocast():
+    model = tiny_model(use_spelling_bee_embeddings=False).train()
+    mod, seen = model.model.layers[1].modulation, []
+    balance = mod.balance_loss
+    mod.balance_loss = lambda logits, chosen, ctx: seen.append(logits.dtype) or balance(logits, chosen, ctx)
+    ids = torch.randint(0, 300, (2, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids=ids, labels=ids)
+    assert seen == [torch.float32] and out.aux_loss.dtype == torch.float32
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

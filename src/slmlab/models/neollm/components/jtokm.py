@@ -113,15 +113,16 @@ class JTokM(nn.Module):
         return self.num_experts * (f * p).sum()
 
     def forward(self, update: torch.Tensor, state: ResidualState, ctx: ForwardContext) -> torch.Tensor:
-        logits = self.route(state.mlp_stream)
-        top, chosen = logits.topk(self.top_k, dim=-1)  # [B, T, K_top]
-        weights = torch.sigmoid(top)
-        weights = weights / weights.sum(-1, keepdim=True)
-        picked = self.surfaces(ctx.latents)[ctx.latents.inverse[..., None], chosen]  # [B, T, K_top, D]
-        e = (weights[..., None] * picked).sum(-2)
-        delta_r = self.depth_scale * self.scale * e * torch.rsqrt(e.pow(2).sum(-1, keepdim=True) + self.norm_eps)
-        if ctx.aux_losses is not None:
-            ctx.add_aux_loss(self.layer_aux_weight * self.balance_loss(logits, chosen, ctx))
+        with torch.autocast(update.device.type, enabled=False):  # router, surfaces and Δr in fp32
+            logits = self.route(state.mlp_stream)
+            top, chosen = logits.topk(self.top_k, dim=-1)  # [B, T, K_top]
+            weights = torch.sigmoid(top)
+            weights = weights / weights.sum(-1, keepdim=True)
+            picked = self.surfaces(ctx.latents)[ctx.latents.inverse[..., None], chosen]  # [B, T, K_top, D]
+            e = (weights[..., None] * picked).sum(-2)
+            delta_r = self.depth_scale * self.scale.float() * e * torch.rsqrt(e.pow(2).sum(-1, keepdim=True) + self.norm_eps)
+            if ctx.aux_losses is not None:
+                ctx.add_aux_loss(self.layer_aux_weight * self.balance_loss(logits, chosen, ctx))
         return update + delta_r.to(update.dtype)
 
 
