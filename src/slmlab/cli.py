@@ -1,9 +1,12 @@
 """The ``slmlab`` command line: one table from command to function.
 
 Each function lives in its own module of :mod:`slmlab.commands`, takes ``argv`` (the words after
-the command), parses them with argparse, and its docstring is the command's help. :func:`main` is the one error
-boundary (:mod:`slmlab.commands.errors`): an expected failure prints ``slmlab <command>: error:
-...`` and exits 2, Ctrl-C exits 130; ``--debug`` or ``SLMLAB_DEBUG=1`` shows tracebacks.
+the command), parses them with argparse, and its docstring is the command's help. The table holds
+module paths, imported only when needed, and a command module imports torch and friends only after
+its arguments parse: ``slmlab --help``, ``--version`` and argument errors never load them
+(``tests/test_cli_startup.py``). :func:`main` is the one error boundary
+(:mod:`slmlab.commands.errors`): an expected failure prints ``slmlab <command>: error: ...`` and
+exits 2, Ctrl-C exits 130; ``--debug`` or ``SLMLAB_DEBUG=1`` shows tracebacks.
 ``tests/test_cli.py`` keeps this table and the README in sync.
 """
 
@@ -19,7 +22,7 @@ COMMANDS: dict[str, str] = {
     "eval": "slmlab.commands.eval:eval_command",
     "generate": "slmlab.commands.generate:generate_command",
     "tokenizer": "slmlab.commands.tokenizer:tokenizer_command",
-    "transactions": "slmlab.transactions.cli:transactions_command",
+    "transactions": "slmlab.commands.transactions:transactions_command",
     "bench": "slmlab.commands.bench:bench_command",
     "export": "slmlab.commands.export:export_command",
     "serve": "slmlab.commands.serve:serve_command",
@@ -35,12 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     from .commands.errors import DEBUG_ENV, EXIT_INTERNAL, EXIT_USAGE, debug_requested, expected_error_message
 
     debug, argv = debug_requested(list(sys.argv[1:] if argv is None else argv))
+    if argv and argv[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"slmlab {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help", "help"):
         print("usage: slmlab <command> [args]\n\ncommands:")
         for name, target in COMMANDS.items():
             doc = (_resolve(target).__doc__ or "").strip().splitlines()
             print(f"  {name:<12}{doc[0] if doc else ''}")
-        print("\n`slmlab <command> --help` for a command's options; --debug (or SLMLAB_DEBUG=1) shows tracebacks.")
+        print("\n`slmlab <command> --help` for a command's options; --debug (or SLMLAB_DEBUG=1) shows tracebacks;"
+              " --version prints the version.")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

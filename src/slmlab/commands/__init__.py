@@ -9,5 +9,6 @@ Adding a command ``foo``: write ``commands/foo.py`` with ``foo_command(argv: lis
 (first docstring line = its one-line summary), add ``"foo": "slmlab.commands.foo:foo_command"`` to
 ``slmlab.cli.COMMANDS``, a row to the README's command table and to ``docs/cli.md``. Expected
 failures raise ``ValueError`` / ``FileNotFoundError`` (the CLI prints ``slmlab foo: error: ...``
-and exits 2). Keep imports of torch and friends inside the function so ``slmlab --help`` stays fast.
+and exits 2). Import torch and friends inside the function, after ``parse_args``: ``slmlab --help``,
+``slmlab foo --help`` and argument errors then answer without them (``tests/test_cli_startup.py``).
 """

@@ -2,7 +2,7 @@
 words into config files and ``key=value`` overrides, and loading a saved model for inference.
 
 Imports of torch/transformers stay inside the functions: ``slmlab --help`` imports every command
-module and should not pay for them.
+module and must not pay for them.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ def audit_command(argv: list[str]) -> int:
     MODEL is a family (`lumen`), `family:preset`, a preset name, or a saved model folder.
     Config overrides follow as key=value (e.g. `slmlab audit lumen num_kv_heads=2`).
     """
+    p = command_parser(audit_command, "audit")
+    p.add_argument("model")
+    p.add_argument("overrides", nargs="*", help="config key=value overrides")
+    args = p.parse_args(argv)
     from pathlib import Path
 
     import torch
@@ -19,10 +23,6 @@ def audit_command(argv: list[str]) -> int:
     from slmlab.evaluate.audit import audit_model, format_audit
     from slmlab.models.registry import check_config_keys, check_saved_model_type, resolve_model_spec
 
-    p = command_parser(audit_command, "audit")
-    p.add_argument("model")
-    p.add_argument("overrides", nargs="*", help="config key=value overrides")
-    args = p.parse_args(argv)
     overrides = parse_overrides(args.overrides)
     if Path(args.model).is_dir():
         fam = check_saved_model_type(args.model)  # never runs code shipped in the folder

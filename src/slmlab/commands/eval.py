@@ -25,10 +25,6 @@ def eval_command(argv: list[str]) -> int:
     The context window is the run's block_size (--block-size to change it); see docs/eval.md for a
     task on local JSON files that runs offline.
     """
-    from ..evaluate.lm import evaluate_source, family_forward_inputs
-    from ..train.precision import autocast_factory
-    from ..train.run import open_data, saved_run_config
-
     p = command_parser(eval_command, "eval")
     p.add_argument("run")
     p.add_argument("--data", default=None, help="data spec (default: the run's own)")
@@ -47,6 +43,10 @@ def eval_command(argv: list[str]) -> int:
         raise ValueError("--include-path, --limit and --num-fewshot apply to lm-eval tasks; add --tasks T1,T2")
     if args.tasks is not None:
         return _tasks_command(args)
+    from ..evaluate.lm import evaluate_source, family_forward_inputs
+    from ..train.precision import autocast_factory
+    from ..train.run import open_data, saved_run_config
+
     ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
     run_cfg = saved_run_config(ckpt)
     data = args.data or run_cfg.get("data")

@@ -15,10 +15,6 @@ def generate_command(argv: list[str]) -> int:
       slmlab generate runs/quickstart --prompt "ROMEO:" --max-new-tokens 200
       slmlab generate runs/mqar --prompt-ids 5,600,7,700 --temperature 0
     """
-    import torch
-
-    from slmlab.generation import SamplingConfig, generate
-
     p = command_parser(generate_command, "generate")
     p.add_argument("run")
     p.add_argument("--prompt", default=None, help="text prompt (needs the tokenizer saved with the model)")
@@ -36,6 +32,10 @@ def generate_command(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    import torch
+
+    from slmlab.generation import SamplingConfig, generate
+
     ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
     if args.prompt_ids is not None:
         ids = [int(x) for x in args.prompt_ids.replace(" ", "").split(",") if x]

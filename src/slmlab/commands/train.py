@@ -21,15 +21,6 @@ def train_command(argv: list[str]) -> int:
     Exit status: 0 done; 1 the loss or weights diverged (the message names the step and the last
     good checkpoint); 2 an error in the input; 130 Ctrl-C / 143 SIGTERM (a checkpoint was saved).
     """
-    import os
-
-    from ..train.config import load_config
-    from ..train.distributed import shutdown
-    from ..train.lock import RunLock
-    from ..train.run import build_trainer, format_report, write_report
-    from ..train.signals import exit_status, sigterm_as_interrupt
-    from ..train.trainer import TrainingDiverged
-
     p = command_parser(train_command, "train")
     p.add_argument("items", nargs="*", help="config.yaml files and key=value overrides (dotted keys: optim.lr=3e-4)")
     p.add_argument("--model", help="family, family:preset, preset, or saved model folder (= model=...)")
@@ -41,6 +32,15 @@ def train_command(argv: list[str]) -> int:
     p.add_argument("--allow-change", metavar="FIELD", action="append", default=[],
                    help="on resume, accept a change of this protected field (data, seed, block_size, ...); repeatable")
     args = p.parse_intermixed_args(argv)  # options may sit between config files and overrides
+    import os
+
+    from ..train.config import load_config
+    from ..train.distributed import shutdown
+    from ..train.lock import RunLock
+    from ..train.run import build_trainer, format_report, write_report
+    from ..train.signals import exit_status, sigterm_as_interrupt
+    from ..train.trainer import TrainingDiverged
+
     files, overrides = split_items(args.items)
     for key, value in (("model", args.model), ("data", args.data), ("out_dir", args.out), ("max_steps", args.steps)):
         if value is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ._common import command_parser, parse_overrides, split_items
+
 SUBCOMMANDS = ("generate", "pretrain", "finetune", "evaluate", "score", "audit")
 
 
@@ -21,7 +23,6 @@ def transactions_command(argv: list[str]) -> int:
     Trailing key=value words are run-config overrides, as for `slmlab train` (e.g. max_steps=3).
     See docs/transactions.md.
     """
-    from ..commands._common import command_parser
 
     parser = command_parser(transactions_command, "transactions")
     sub = parser.add_subparsers(dest="sub", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
@@ -73,8 +74,7 @@ def _setup(args) -> str:
 def _generate(args) -> int:
     import time
 
-    from ..commands._common import parse_overrides
-    from .synth import SynthConfig, export, generate
+    from ..transactions.synth import SynthConfig, export, generate
 
     overrides = parse_overrides(args.overrides)
     if args.seed is not None:
@@ -94,8 +94,8 @@ def _generate(args) -> int:
 
 
 def _load_bank(args, schema):
-    from .data import prepare_bank
-    from .synth import load_bank
+    from ..transactions.data import prepare_bank
+    from ..transactions.synth import load_bank
 
     data = load_bank(args.data)
     return prepare_bank(data.transactions, schema, data.customers, customer_disjoint=args.customer_disjoint)
@@ -108,9 +108,8 @@ def _load(path: str, cls):
 
 
 def _pretrain(args) -> int:
-    from ..commands._common import split_items
-    from .model import PRESETS, preset_schema
-    from .training import pretrain
+    from ..transactions.model import PRESETS, preset_schema
+    from ..transactions.training import pretrain
 
     _setup(args)
     if args.preset not in PRESETS:
@@ -128,9 +127,8 @@ def _pretrain(args) -> int:
 
 
 def _finetune(args) -> int:
-    from ..commands._common import split_items
-    from .model import TransactionEncoder, preset_schema
-    from .training import finetune
+    from ..transactions.model import TransactionEncoder, preset_schema
+    from ..transactions.training import finetune
 
     _setup(args)
     files, overrides = split_items(args.items)
@@ -145,9 +143,9 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from .evaluate import evaluate_models
-    from .fraud import TransactionFraudModel
-    from .model import preset_schema
+    from ..transactions.evaluate import evaluate_models
+    from ..transactions.fraud import TransactionFraudModel
+    from ..transactions.model import preset_schema
 
     device = _setup(args)
     model = _load(args.model, TransactionFraudModel).to(device) if args.model else None
@@ -159,9 +157,9 @@ def _evaluate(args) -> int:
 
 
 def _score(args) -> int:
-    from .fraud import TransactionFraudModel
-    from .score import score_transactions
-    from .synth import load_bank
+    from ..transactions.fraud import TransactionFraudModel
+    from ..transactions.score import score_transactions
+    from ..transactions.synth import load_bank
 
     device = _setup(args)
     if not args.model:
@@ -177,20 +175,10 @@ def _score(args) -> int:
 def _audit(args) -> int:
     import torch
 
-    from .model import TransactionEncoder, TxnEncoderConfig
+    from ..transactions.model import TransactionEncoder, TxnEncoderConfig
 
     with torch.device("meta"):
         model = TransactionEncoder(TxnEncoderConfig.from_preset(args.preset))
     print(json.dumps({"preset": args.preset, **model.param_count()}, indent=1))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:  # ``python -m slmlab.transactions.cli``
-    import sys
-
-    return transactions_command(list(sys.argv[1:] if argv is None else argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 

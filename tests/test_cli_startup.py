@@ -1,0 +1,124 @@
+"""The command line starts fast: ``slmlab --help``, ``--version``, every command's ``--help``,
+argument errors and a cached ``slmlab models`` import neither torch nor transformers, while
+``import slmlab`` still registers every family with the Auto classes."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import slmlab
+from slmlab.cli import COMMANDS, main
+from slmlab.commands import models as models_cmd
+
+# What the console script does (`from slmlab.cli import main` with argv[0] = .../slmlab), then a report
+# of the heavy modules that were imported.
+PROBE = """
+import json, sys
+sys.argv = ["slmlab", *json.loads(sys.argv[1])]
+from slmlab.cli import main
+try:
+    rc = main()
+except SystemExit as exit:
+    rc = exit.code
+print(json.dumps({"rc": rc, "heavy": sorted(m for m in ("torch", "transformers", "numpy") if m in sys.modules)}))
+"""
+
+
+def run_cli(args: list[str], env: dict | None = None) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["help"], ["no-such-command"]])
+def test_top_level_imports_neither_torch_nor_transformers(args):
+    report = run_cli(args)
+    assert report["heavy"] == [], f"slmlab {' '.join(args)} imported {report['heavy']}"
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_command_help_and_argument_errors_are_light(command):
+    """Every command (those added later too) parses its arguments before importing torch."""
+    for args in ([command, "--help"], [command, "--no-such-option"]):
+        report = run_cli(args)
+        assert report["rc"] in (0, 2), report
+        assert report["heavy"] == [], f"slmlab {' '.join(args)} imported {report['heavy']}"
+
+
+def test_python_m_is_light():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "slmlab.cli", "--version"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"slmlab {slmlab.__version__}", proc.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & {"torch", "transformers"}
+
+
+def test_import_slmlab_still_registers_families():
+    code = ("import slmlab\nfrom transformers import AutoConfig, AutoModelForCausalLM\n"
+            "config = AutoConfig.for_model('sage_lumen', num_layers=1)\n"
+            "print(type(AutoModelForCausalLM.from_config(config)).__name__, sorted(slmlab.families()))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "LumenForCausalLM"
+
+
+@pytest.mark.parametrize(("argv0", "orig", "expected"), [
+    ("/venv/bin/slmlab", ["/venv/bin/python", "/venv/bin/slmlab", "--help"], True),
+    ("-m", ["python", "-X", "importtime", "-m", "slmlab.cli", "--help"], True),
+    ("-m", ["python", "-mslmlab", "models"], True),
+    ("-m", ["python", "-m", "pytest", "tests"], False),
+    ("train.py", ["python", "train.py"], False),
+    ("-c", ["python", "-c", "import slmlab"], False),
+])
+def test_started_as_command(monkeypatch, argv0, orig, expected):
+    monkeypatch.setattr(sys, "argv", [argv0])
+    monkeypatch.setattr(sys, "orig_argv", orig)
+    assert slmlab._started_as_command() is expected
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"slmlab {slmlab.__version__}"
+    assert slmlab.__version__ == importlib.metadata.version("slmlab")
+
+
+def test_models_cache(tmp_path, monkeypatch, capsys):
+    """The first call builds the table and caches it; the next answers from the cache without torch;
+    a change to the model code (another fingerprint) rebuilds it."""
+    monkeypatch.setenv(models_cmd.CACHE_ENV, str(tmp_path))
+    assert main(["models"]) == 0
+    first = capsys.readouterr().out
+    assert "lumen-3m" in first and "2,754,816 parameters" in first  # the README's SAGE-Lumen budget
+    cached = list(tmp_path.glob("models-*.json"))
+    assert len(cached) == 1
+    assert json.loads(cached[0].read_text()) == models_cmd.family_table()
+    assert main(["models", "--family", "sage_lumen"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("lumen ")
+    report = run_cli(["models"], env={**os.environ, models_cmd.CACHE_ENV: str(tmp_path)})
+    assert report == {"rc": 0, "heavy": []}
+    monkeypatch.setattr(models_cmd, "code_fingerprint", lambda: "other-code")
+    assert main(["models"]) == 0
+    assert capsys.readouterr().out == first
+    assert [p.name for p in tmp_path.glob("models-*.json")] == ["models-other-code.json"]  # the stale table is gone
+    with pytest.raises(ValueError, match="unknown model family 'nope'; known: "):
+        main(["models", "--family", "nope", "--debug"])
+
+
+def test_models_cache_damaged_or_unwritable(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(models_cmd.CACHE_ENV, str(tmp_path))
+    models_cmd.cache_path().write_text("{not json")
+    assert main(["models"]) == 0
+    assert "lumen-3m" in capsys.readouterr().out
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv(models_cmd.CACHE_ENV, str(blocked / "sub"))  # a path under a file: cannot be written
+    assert main(["models"]) == 0
+    assert "lumen-3m" in capsys.readouterr().out
+
