@@ -543,3 +543,33 @@ def test_blocked_local_attention_equals_masked_full(t, window, p):
     assert got.shape == q.shape
     assert (got - full)[mask.bool()].abs().max() <= ATOL
     assert torch.allclose(blocked_local_attention(q, k, v, None, window)[0], got[0], atol=ATOL)
+
+
+@pytest.mark.parametrize("how", ["kwarg", "attribute"])
+def test_rope_parameters_are_honoured(how):
+    """transformers v5's ``rope_parameters`` (given to the config, or set on it before the model is
+    built, as transformers' own tests do): its ``rope_theta`` and linear ``factor`` equal the block
+    built with ``rope_theta=500`` at doubled positions; a default ``rope_type`` with a theta equals
+    ``rope_theta`` alone."""
+    linear = {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}
+    default = {"rope_type": "default", "rope_theta": 500.0}
+    if how == "kwarg":
+        scaled, plain = tiny(rope_parameters=linear, use_momentum_attention=False), tiny(rope_parameters=default)
+    else:
+        scaled, plain = tiny(use_momentum_attention=False), tiny()
+        scaled.rope_parameters, plain.rope_parameters = linear, default
+    base = perturbed(tiny(rope_theta=500.0, use_momentum_attention=False), 0)
+    x, pos, _ = padded_batch(pad=0)
+    with torch.no_grad():
+        assert (run(perturbed(scaled, 0), x, pos * 2, None)[0] - run(base, x, pos, None)[0]).abs().max() <= ATOL
+        theta500 = run(perturbed(tiny(rope_theta=500.0), 0), x, pos, None)[0]
+        assert torch.equal(run(perturbed(plain, 0), x, pos, None)[0], theta500)
+        assert (run(perturbed(tiny(), 0), x, pos, None)[0] - theta500).abs().max() > 1e-3
+
+
+def test_rope_parameters_survive_a_save_and_load(tmp_path):
+    cfg = tiny(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0})
+    assert cfg.rope_theta == 500.0 and cfg.rope_parameters["factor"] == 2.0
+    cfg.save_pretrained(tmp_path)
+    back = NeoLLMConfig.from_pretrained(tmp_path)
+    assert back.rope_theta == 500.0 and back.rope_parameters == cfg.rope_parameters

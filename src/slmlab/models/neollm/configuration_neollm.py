@@ -40,7 +40,9 @@ class NeoLLMConfig(PretrainedConfig):
             num_key_value_heads, head_dim, hidden_act, max_position_embeddings, initializer_range,
             rms_norm_eps, tie_word_embeddings: the usual transformer sizes.
         rope_theta, rope_scaling, partial_rotary_factor: rotary positions (docs/neollm-attention.md#positions). ``rope_scaling``
-            is kept as given (``None`` by default) and also stored as ``rope_parameters``.
+            is kept as given (``None`` by default) and also stored as ``rope_parameters``. transformers v5's
+            ``rope_parameters`` (``{"rope_type", "rope_theta", "factor", ...}``) is honoured too: its ``rope_theta`` and
+            ``partial_rotary_factor`` set those fields and a non-default ``rope_type`` is the scaling.
         attention_bias, attention_dropout, dropout_rate: biases on q/k/v, probability dropout,
             block-output + MLP-intermediate dropout.
         use_momentum_attention, momentum_gamma: causal first-difference shear of q/k (docs/neollm-attention.md#momentum).
@@ -177,10 +179,13 @@ class NeoLLMConfig(PretrainedConfig):
     ):
         # A config.json written by the seed's class carries HF bookkeeping we recompute here.
         kwargs.pop("auto_map", None)
-        rope_parameters = kwargs.pop("rope_parameters", None)
-        if rope_scaling is None and rope_parameters and rope_parameters.get("rope_type", "default") != "default":
-            folded = ("rope_theta", "partial_rotary_factor")
-            rope_scaling = {k: v for k, v in rope_parameters.items() if k not in folded}
+        # transformers v5's `rope_parameters` is the source of truth when given: its `rope_theta` and
+        # `partial_rotary_factor` set those fields, and a non-default `rope_type` is the scaling.
+        rope_parameters = dict(kwargs.pop("rope_parameters", None) or {})
+        rope_theta = rope_parameters.pop("rope_theta", rope_theta)
+        partial_rotary_factor = rope_parameters.pop("partial_rotary_factor", partial_rotary_factor)
+        if rope_scaling is None and rope_parameters.get("rope_type", rope_parameters.get("type", "default")) != "default":
+            rope_scaling = rope_parameters
 
         tie_word_embeddings = self._resolve_tying(use_token_generator, tie_word_embeddings)
         self._warn_inactive_embedding_multipliers(

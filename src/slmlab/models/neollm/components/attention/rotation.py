@@ -4,7 +4,8 @@
 Rotate-half convention (HF): channel pair ``(i, i + r_d/2)`` of the rotated part turns by the angle
 ``φ_i``; channels ``[r_d:]`` pass through. The angle is ``pos · θ_i`` for integer RoPE and ``z · θ_i``
 (a learned real coordinate, per KV head) for REPO / GRAPE. Frequencies ``θ_i = rope_theta^(-2i/r_d)``,
-or transformers' ``ROPE_INIT_FUNCTIONS`` when ``rope_scaling`` is set (with its attention scaling).
+or transformers' ``ROPE_INIT_FUNCTIONS`` when ``rope_parameters`` (``rope_scaling``) names a scaled
+``rope_type`` (with its attention scaling).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def rope_frequencies(config) -> tuple[tuple[float, ...], float]:
     rot = int(config.head_dim * config.partial_rotary_factor)
     params = config.rope_parameters or {}
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type == "default":
-        base = float(config.rope_theta)
+    if rope_type == "default":  # a rope_parameters dict set after construction may carry its own theta
+        base = float(params.get("rope_theta", config.rope_theta))
         return tuple(1.0 / base ** (i / rot) for i in range(0, rot, 2)), 1.0
     if rope_type == "dynamic" or rope_type not in ROPE_INIT_FUNCTIONS:
         raise ValueError(
