@@ -194,6 +194,8 @@ def test_conv_state_rolls_back_after_recording(kernel):
     torch.testing.assert_close(rest, conv(x)[..., 6:], atol=ATOL, rtol=0)
     with pytest.raises(ValueError, match="only 5 were recorded"):
         state.crop(state.seen - 6)
+    cache.stop_past_recording()  # what generate() does when it returns the cache
+    assert state.history is None and not cache.is_croppable and state.window.shape == (2, 6, kernel - 1)
 
 
 def test_model_cache_crop_follows_transformers_conventions():

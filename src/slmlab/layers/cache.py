@@ -51,6 +51,9 @@ class LayerState:
         """Keep what :meth:`crop` needs to roll back later tokens (a no-op for states that need nothing
         or cannot be rolled back)."""
 
+    def stop_past_recording(self) -> None:
+        """Drop what :meth:`activate_past_recording` kept (a no-op for states that keep nothing)."""
+
     def held_tensors(self) -> list[torch.Tensor]:
         """The tensors this state holds, restricted to their filled part (what inference must keep)."""
         return [getattr(self, name) for name in self._tensor_names()]
@@ -133,6 +136,9 @@ class ConvState(LayerState):
 
     def activate_past_recording(self) -> None:
         self.recording = True
+
+    def stop_past_recording(self) -> None:
+        self.recording, self.history = False, None
 
     def crop_refusal(self) -> str | None:
         if self.recording:
@@ -231,6 +237,12 @@ class ModelCache:
         assisted decoding."""
         for state in self._all_states():
             state.activate_past_recording()
+
+    def stop_past_recording(self) -> None:
+        """Free the recorded inputs (``generate`` calls this when it returns, so a cache kept for the
+        next turn stays O(K) per conv layer)."""
+        for state in self._all_states():
+            state.stop_past_recording()
 
     def state_floats(self) -> int:
         """Numbers the cache holds after the tokens seen so far: the inference memory a model needs

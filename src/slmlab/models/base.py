@@ -410,7 +410,13 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
                 f" {type(assistant).__name__}'s cannot be: {reason}"
             )
         with frozen_weights():
-            return super().generate(*args, **kwargs)
+            out = super().generate(*args, **kwargs)
+        if getattr(kwargs.get("generation_config"), "is_assistant", False):
+            return out  # a draft model's cache: the assisted loop crops it again after this call
+        for cache in (kwargs.get("cache"), kwargs.get("past_key_values"), getattr(out, "cache", None)):
+            if isinstance(cache, ModelCache):  # assisted decoding made conv states record their inputs
+                cache.stop_past_recording()
+        return out
 
     def _prepare_cache_for_generation(
         self, generation_config, model_kwargs: dict, generation_mode, batch_size: int, max_cache_length: int
