@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 import slmlab
 from slmlab.generation import COMPILED_PLAN, MODEL_FORWARD, PLAN, SamplingConfig, build_plan, compiled_step, generate
@@ -182,6 +182,35 @@ class FamilyTester:
         model(input_ids=ids, labels=ids, **self.forward_kwargs(ids)).loss.backward()
         missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)]
         assert not missing, f"no gradient for {missing}"
+
+    def test_return_dict_false_is_the_outputs_to_tuple(self):
+        """``return_dict=False`` returns exactly ``ModelOutput.to_tuple()``, for the causal LM and its base model."""
+        model = self.make_model()
+        ids = self.random_ids(model)
+        kw = self.forward_kwargs(ids)
+        for module, extra in ((model, dict(labels=ids)), (model.model, {})):
+            as_dict = module(input_ids=ids, **extra, **kw).to_tuple()
+            as_tuple = module(input_ids=ids, return_dict=False, **extra, **kw)
+            assert type(as_tuple) is tuple and len(as_tuple) == len(as_dict)
+            for got, want in zip(as_tuple, as_dict):
+                assert type(got) is type(want)
+                if isinstance(want, torch.Tensor):
+                    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+    def test_auto_model_round_trip(self, tmp_path):
+        """``AutoModel`` builds the base model from the config and loads it back from a folder."""
+        model = self.make_model()
+        base = AutoModel.from_config(model.config)
+        assert type(base) is type(model).base_model_class
+        model.model.save_pretrained(tmp_path)
+        again = AutoModel.from_pretrained(tmp_path).eval()
+        assert type(again) is type(model.model)
+        ids = self.random_ids(model)
+        kw = self.forward_kwargs(ids)
+        with torch.no_grad():
+            torch.testing.assert_close(
+                again(input_ids=ids, **kw).last_hidden_state, model.model(input_ids=ids, **kw).last_hidden_state, atol=ATOL, rtol=0
+            )
 
     def test_causality(self):
         model = self.make_model()

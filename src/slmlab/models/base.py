@@ -302,6 +302,7 @@ class SLMBaseModel(SLMPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         past_key_values: ModelCache | None = None,
+        return_dict: bool | None = None,
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
         collect_aux_loss: bool = False,
@@ -314,6 +315,7 @@ class SLMBaseModel(SLMPreTrainedModel):
             cache: a :class:`ModelCache` from an earlier call (built here when ``use_cache``);
                 ``past_key_values`` is the older name of the same argument.
             use_cache: build/return a cache (default ``config.use_cache``).
+            return_dict: False returns the output's ``to_tuple()`` (default ``config.return_dict``).
             output_hidden_states: also return the embeddings and every layer's output
                 (default ``config.output_hidden_states``).
             output_attentions: also return the attention weights ``[B, H, T, S]`` of every attention
@@ -341,10 +343,13 @@ class SLMBaseModel(SLMPreTrainedModel):
             hidden_states = tuple(inputs.hidden_states)
         aux_loss = torch.stack(inputs.aux_losses).sum() if inputs.aux_losses else None
         attentions = tuple(inputs.attentions) if inputs.attentions is not None else None
-        return SLMModelOutput(
+        output = SLMModelOutput(
             last_hidden_state=hidden, cache=inputs.cache if inputs.use_cache else None, hidden_states=hidden_states,
             attentions=attentions, aux_loss=aux_loss,
         )
+        if return_dict is None:
+            return_dict = getattr(self.config, "return_dict", True)
+        return output if return_dict else output.to_tuple()
 
 
 class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
@@ -529,6 +534,7 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             past_key_values=past_key_values,
+            return_dict=True,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
             collect_aux_loss=labels is not None,
@@ -550,4 +556,6 @@ class SLMForCausalLM(SLMPreTrainedModel, GenerationMixin):
             loss=loss, logits=logits, cache=out.cache, hidden_states=out.hidden_states, attentions=out.attentions,
             aux_loss=aux_loss,
         )
-        return result if return_dict is not False else result.to_tuple()
+        if return_dict is None:
+            return_dict = getattr(self.config, "return_dict", True)
+        return result if return_dict else result.to_tuple()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -120,10 +120,14 @@ _FAMILIES: dict[str, Family] = {}
 
 
 def register_family(family: Family) -> Family:
-    """Register ``family`` here and with ``AutoConfig``/``AutoModelForCausalLM`` (idempotent)."""
+    """Register ``family`` here and with ``AutoConfig``, ``AutoModelForCausalLM`` and (its base model,
+    the causal LM's ``base_model_class``) ``AutoModel``; idempotent."""
     _FAMILIES[family.name] = family
     AutoConfig.register(family.config_class.model_type, family.config_class, exist_ok=True)
     AutoModelForCausalLM.register(family.config_class, family.model_class, exist_ok=True)
+    base = getattr(family.model_class, "base_model_class", None)
+    if base is not None:
+        AutoModel.register(family.config_class, base, exist_ok=True)
     return family
 
 
