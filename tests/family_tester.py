@@ -16,6 +16,7 @@ import textwrap
 import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 import slmlab
 from slmlab.generation import COMPILED_PLAN, MODEL_FORWARD, PLAN, SamplingConfig, build_plan, compiled_step, generate
@@ -182,6 +183,38 @@ class FamilyTester:
         model(input_ids=ids, labels=ids, **self.forward_kwargs(ids)).loss.backward()
         missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)]
         assert not missing, f"no gradient for {missing}"
+
+    def test_gradient_checkpointing_equals_the_plain_backward(self):
+        """Every decoder layer is a checkpointing layer; with checkpointing on (use_reentrant=False) the
+        layers run again in backward, and the loss and every gradient equal the plain backward (1e-6)."""
+        model = self.make_model().train()
+        ids = self.random_ids(model)
+        layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+        assert len(layers) >= model.config.num_hidden_layers
+        calls, counts = [], []
+        for sub in list(layers[0].modules())[1:]:  # the first layer's submodules run once per pass over it
+            sub.register_forward_hook(lambda *_: calls.append(1))
+        losses, grads = [], []
+        for checkpointed in (False, True):
+            if checkpointed:
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+                assert model.is_activation_checkpointing and all(m.gradient_checkpointing for m in layers)
+            model.zero_grad()
+            calls.clear()
+            torch.manual_seed(1)  # the same dropout masks in both runs (the recompute restores the RNG state)
+            out = model(input_ids=ids, labels=ids, **self.forward_kwargs(ids))
+            out.loss.backward()
+            counts.append(len(calls))
+            losses.append(out.loss.detach())
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        assert 0 < counts[0] < counts[1]  # checkpointed: the layer ran again (up to what backward needs)
+        assert out.cache is None  # a checkpointed training forward keeps no cache
+        torch.testing.assert_close(losses[1], losses[0], atol=1e-6, rtol=0)
+        assert grads[0].keys() == grads[1].keys() and grads[0]
+        for name, grad in grads[0].items():
+            torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=0, msg=name)
+        model.activation_checkpointing_disable()
+        assert not any(m.gradient_checkpointing for m in layers)
 
     def test_return_dict_false_is_the_outputs_to_tuple(self):
         """``return_dict=False`` returns exactly ``ModelOutput.to_tuple()``, for the causal LM and its base model."""

@@ -11,10 +11,13 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.utils import logging
 
 from ..layers.cache import LayerState, ModelCache
 from ..layers.fused import frozen_weights
 from ..layers.masks import AttentionBias, position_ids_from_mask
+
+logger = logging.get_logger(__name__)
 
 
 def validate_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
@@ -138,7 +141,7 @@ class SLMPreTrainedModel(PreTrainedModel):
     transformers' ``get/set_input_embeddings`` under ``_input_embed_layer`` (``embed_tokens``)."""
 
     base_model_prefix = "model"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
 
     @classmethod
@@ -277,6 +280,9 @@ class SLMBaseModel(SLMPreTrainedModel):
     """
 
     family_inputs: tuple[str, ...] = ()
+    # True after gradient_checkpointing_enable(): each decoder layer (a transformers
+    # GradientCheckpointingLayer) is recomputed in backward instead of keeping its activations
+    gradient_checkpointing = False
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """``[B, T]`` token ids -> ``[B, T, d]`` input embeddings."""
@@ -314,7 +320,8 @@ class SLMBaseModel(SLMPreTrainedModel):
             position_ids: ``[B, T]``; by default counted over real tokens only.
             cache: a :class:`ModelCache` from an earlier call (built here when ``use_cache``);
                 ``past_key_values`` is the older name of the same argument.
-            use_cache: build/return a cache (default ``config.use_cache``).
+            use_cache: build/return a cache (default ``config.use_cache``); never under gradient
+                checkpointing in training (a checkpointed layer runs twice).
             return_dict: False returns the output's ``to_tuple()`` (default ``config.return_dict``).
             output_hidden_states: also return the embeddings and every layer's output
                 (default ``config.output_hidden_states``).
@@ -325,6 +332,12 @@ class SLMBaseModel(SLMPreTrainedModel):
                 has labels); their sum is the output's ``aux_loss`` (None when none was added).
             kwargs: the family inputs named in ``family_inputs``; other keys are ignored.
         """
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            # a checkpointed layer runs again in backward: a cache would be written twice, so none is kept
+            if use_cache or cache is not None or past_key_values is not None:
+                logger.warning_once("gradient checkpointing is on: the forward keeps no cache (use_cache=False)")
+            cache = past_key_values = None
+            use_cache = False
         if output_hidden_states is None:
             output_hidden_states = bool(getattr(self.config, "output_hidden_states", False))
         if output_attentions is None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from ...layers import (
@@ -145,7 +146,7 @@ class Lfm2MLP(nn.Module):
         return self.w2(F.silu(gate) * up)
 
 
-class Lfm2DecoderLayer(nn.Module, ABC):
+class Lfm2DecoderLayer(GradientCheckpointingLayer, ABC):
     """Pre-norm block: ``h = x + mix(operator_norm(x))``, ``y = h + feed_forward(ffn_norm(h))``.
 
     Subclasses choose the token mixer (``conv`` or ``self_attn``) and its cache state; which

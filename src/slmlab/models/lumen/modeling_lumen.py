@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ...layers import CausalSelfAttention, KVState, ModelCache, RMSNorm, RotaryEmbedding, SwiGLU
 from ...layers.masks import causal_bias
@@ -17,7 +18,7 @@ from .configuration_lumen import LumenConfig
 from .decode import lumen_decode_plan
 
 
-class LumenDecoderLayer(nn.Module):
+class LumenDecoderLayer(GradientCheckpointingLayer):
     """Pre-norm block: ``h = x + Attn(RMSNorm(x))``, ``y = h + SwiGLU(RMSNorm(h))``.
 
     With ``intermediate_dim == 0`` the block is attention-only (``y = h``; no MLP parameters).

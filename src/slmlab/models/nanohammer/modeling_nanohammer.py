@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ...layers import ModelCache, RMSNorm, RotaryEmbedding, SwiGLU
 from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel
@@ -30,7 +31,7 @@ from .configuration_nanohammer import NanoHammerConfig
 from .holographic import ROTATIONS, HolographicRotation, StateTokenProjection, StateUpdateCell, shift_right
 
 
-class NanoHammerDecoderLayer(nn.Module):
+class NanoHammerDecoderLayer(GradientCheckpointingLayer):
     """State step + state tokens + pre-norm attention/SwiGLU block on the hidden tokens.
 
     ``s' = Cell(s)``; ``z = Proj(R(-p) shift(s'))``;

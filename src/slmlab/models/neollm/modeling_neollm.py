@@ -23,10 +23,12 @@ layer adds a token-indexed modulation to its MLP update and a balance loss to th
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import torch
 from torch import nn
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ...layers import ModelCache
 from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel, validate_embeds
@@ -40,7 +42,7 @@ from .configuration_neollm import NeoLLMConfig
 logger = logging.getLogger(__name__)
 
 
-class NeoLLMDecoderLayer(nn.Module):
+class NeoLLMDecoderLayer(GradientCheckpointingLayer):
     """One decoder layer: residual flow (SiameseNorm, pre-norm, LAUREL, AttnRes or StackMemory, with
     optional LNS / GPAS; ``docs/neollm-residual.md``), attention, dropout, MLP and the MLP update's
     modulation (JTok-M, or the identity).
@@ -48,8 +50,9 @@ class NeoLLMDecoderLayer(nn.Module):
     Args:
         config: the model config; ``layer_idx``: this layer's index ``l``.
     Shapes:
-        state: the :class:`ResidualState` (streams of ``[B, T, D]``, ``v0``, ...), updated in place and
-        returned; ctx: the :class:`ForwardContext` (position_ids ``[B, T]``, attention_mask
+        state: the :class:`ResidualState` (streams of ``[B, T, D]``, ``v0``, ...); the layer updates
+        and returns a copy, leaving its input as it was (a checkpointed layer runs again in backward
+        from the same input); ctx: the :class:`ForwardContext` (position_ids ``[B, T]``, attention_mask
         ``[B, past + T]`` or None, ids, auxiliary-loss sink); cache_state: this layer's cache entry.
     """
 
@@ -62,6 +65,7 @@ class NeoLLMDecoderLayer(nn.Module):
         self.modulation = JTokM.from_config(config, layer_idx)
 
     def forward(self, state: ResidualState, ctx: ForwardContext, cache_state=None) -> ResidualState:
+        state = replace(state, sources=list(state.sources))  # flows reassign fields; AttnRes appends sources
         u = self.residual.attn_input(state)
         self.residual.add(state, self.dropout(self.self_attn(u, ctx, cache_state, state)))
         u = self.residual.mlp_input(state)
@@ -86,6 +90,18 @@ class NeoLLMPreTrainedModel(SLMPreTrainedModel):
         if reason is None and self.config.use_momentum_attention:
             reason = "use_momentum_attention=True: the momentum shear keeps the last token's pre-shear q/k, which cannot be rolled back"
         return reason
+
+    def _activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, every_n_layers=1, offload=False):
+        """transformers' checkpointing switch (``gradient_checkpointing_enable()``), refusing
+        ``use_reentrant=True``: a layer passes its :class:`ResidualState` (not tensors) from layer to
+        layer, which only the non-reentrant checkpoint (the default) differentiates through."""
+        if (activation_checkpointing_kwargs or {}).get("use_reentrant", False):
+            raise ValueError(
+                "NeoLLM supports gradient checkpointing with use_reentrant=False only (the default): its layers pass"
+                " a ResidualState, not tensors, which the reentrant checkpoint cannot differentiate through;"
+                " call gradient_checkpointing_enable() without use_reentrant=True"
+            )
+        super()._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
 
     def prepare_for_training(self, seq_len: int) -> None:
         """Harness hook (``slmlab train`` calls it before training): with the automatic local window
@@ -219,7 +235,7 @@ class NeoLLMModel(SLMBaseModel, NeoLLMPreTrainedModel):
         ctx.attention_weights = inputs.attentions
         state = self.readout.start(inputs.embeds)
         for i, layer in enumerate(self.layers):
-            layer(state, ctx, inputs.state(i))
+            state = layer(state, ctx, inputs.state(i))
             if inputs.hidden_states is not None:  # the flow's residual stream, computed only when asked for
                 inputs.record(self.readout.stream(state))
         return self.readout.hidden(state)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ...layers import CausalDepthwiseConv1d, ConvState
 
@@ -35,7 +36,7 @@ class CausalLocalState(nn.Module):
         return self.conv(x.transpose(1, 2), state).transpose(1, 2)
 
 
-class ParallelGeometricBlock(nn.Module):
+class ParallelGeometricBlock(GradientCheckpointingLayer):
     """Attention-free "parallel geometric" block of PGSM (seed 001).
 
     ``h = LN(x)``; ``x ← x + tanh(W_mix · conv(h)) ⊙ σ(W_gate · h)``;
