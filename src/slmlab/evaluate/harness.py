@@ -88,7 +88,8 @@ class SlmlabLM(TemplateLM):
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
         """Token ids of ``string``; with ``<bos>`` first unless ``add_special_tokens`` is False."""
-        ids = self.tokenizer(string, add_special_tokens=False)["input_ids"]
+        # verbose=False: a whole document is longer than model_max_length on purpose (it is windowed)
+        ids = self.tokenizer(string, add_special_tokens=False, verbose=False)["input_ids"]
         if add_special_tokens is False:
             return ids
         return [self.prefix_token_id, *ids]
