@@ -285,3 +285,15 @@ def test_progress_lines_also_come_every_few_seconds(capsys):
     p.close()
     assert len(capsys.readouterr().out.splitlines()) == 3
     assert [format_duration(s) for s in (12, 372, 4000)] == ["12s", "6m12s", "1h06m"]
+
+
+def test_gradient_checkpointing_option_trains_the_same_steps(tmp_path):
+    """``gradient_checkpointing=true`` turns checkpointing on for every decoder layer; the losses of
+    three optimiser steps equal the plain run's (1e-6)."""
+    plain = run(make_cfg(tmp_path / "plain", "max_steps=3"))
+    ckpt = run(make_cfg(tmp_path / "ckpt", "max_steps=3", "gradient_checkpointing=true"))
+    assert ckpt.model.is_activation_checkpointing and not plain.model.is_activation_checkpointing
+    assert all(layer.gradient_checkpointing for layer in ckpt.model.model.layers)
+    assert ckpt.losses == pytest.approx(plain.losses, abs=1e-6)
+    with pytest.raises(ValueError, match="gradient_checkpointing"):
+        load_config([], ["gradient_checkpointing=sometimes"])

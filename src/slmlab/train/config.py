@@ -107,6 +107,9 @@ class RunConfig:
         seed: model init, data order and sampling.
         precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``fp32`` or ``bf16``.
         compile: wrap the model in ``torch.compile``.
+        gradient_checkpointing: recompute each decoder layer in backward instead of keeping its
+            activations (transformers' ``activation_checkpointing_enable()``, ``use_reentrant=False``):
+            less activation memory for more compute; the same gradients.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:1`` ...
         eval_every / eval_batches / eval_batch_size: periodic validation (0 = only at the end).
         early_stop_acc: stop once validation accuracy exceeds this (synthetic tasks; 0 = off).
@@ -137,6 +140,7 @@ class RunConfig:
     seed: int = 0
     precision: str = "auto"
     compile: bool = False
+    gradient_checkpointing: bool = False
     device: str = "auto"
     optim: OptimConfig = field(default_factory=OptimConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
@@ -171,6 +175,8 @@ class RunConfig:
                 raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
         if self.max_time < 0:
             raise ValueError(f"max_time must be >= 0 seconds, got {self.max_time!r}")
+        if not isinstance(self.gradient_checkpointing, bool):
+            raise ValueError(f"gradient_checkpointing must be true or false, got {self.gradient_checkpointing!r}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be 'auto', 'fp32' or 'bf16', got {self.precision!r}")
         if self.data_errors not in ("strict", "replace"):

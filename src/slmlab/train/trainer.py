@@ -133,6 +133,8 @@ class Trainer:
             cfg.train_on == "scored" and bool(getattr(source, "is_synthetic", False))
             and "scored_only" in inspect.signature(model.forward).parameters
         )
+        if cfg.gradient_checkpointing:  # every decoder layer recomputed in backward (use_reentrant=False)
+            self.model.activation_checkpointing_enable()
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.state = TrainState()
         self.losses: list[float] = []
