@@ -2,7 +2,8 @@
 
 Prints three tables, both sides measured in this one process:
   1. generation tokens/s: our streaming loop (``slmlab.generation.generate``) vs
-     ``Lfm2ForCausalLM.generate`` (batch 1, 128-token prompt, 128 new tokens, greedy; target >= 5x);
+     ``Lfm2ForCausalLM.generate`` (batch 1, 128-token prompt, 128 new tokens, greedy; target >= 5x),
+     with llama.cpp on the same weights exported to GGUF (f32, q8_0) when llama-cpp-python is installed;
   2. per-token decode latency after 128 and after 2048 tokens of context (target: 2048 within 1.5x
      of 128; conv layers cost O(kernel) per step, attention reads the cached K/V);
   3. training tokens/s: forward + backward + AdamW step, batch 8 x 256 (target >= 1.1x).
@@ -16,6 +17,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -23,7 +25,8 @@ import torch
 from transformers import Lfm2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import adamw_step, floor_row, generation_rows, print_table, timeit_interleaved  # noqa: E402
+from common import adamw_step, gemv_row, generation_rows, print_table, timeit_interleaved  # noqa: E402
+from llamacpp_anchor import available, llama_cpp_variants, name_agreement  # noqa: E402
 from slmlab.generation import build_plan, generate  # noqa: E402
 from slmlab.models.lfm2 import Lfm2SmallConfig, config_to_transformers, from_transformers  # noqa: E402
 
@@ -36,7 +39,9 @@ def twins(cfg: Lfm2SmallConfig):
 
 def bench_generation(ours, hf, prompt_len=128, new=128, repeats=3) -> list[dict]:
     """Our loop (through the model's forward, through the decode plan, and the plan compiled), and
-    our model under HF ``generate()``, vs ``Lfm2ForCausalLM.generate``; all must agree (greedy)."""
+    our model under HF ``generate()``, vs ``Lfm2ForCausalLM.generate``; all must agree (greedy). With
+    llama-cpp-python installed, llama.cpp on the model exported to GGUF (f32, q8_0) runs in the same
+    turns; its rows say how many of its greedy tokens equal ours."""
     ours.eval(), hf.eval()
     ids = torch.randint(0, ours.config.vocab_size, (1, prompt_len))
     kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False)
@@ -54,10 +59,13 @@ def bench_generation(ours, hf, prompt_len=128, new=128, repeats=3) -> list[dict]
         "slmlab generate (decode plan)": lambda: generate(ours, ids, new),
         "slmlab generate (plan, compiled)": lambda: generate(ours, ids, new, compile=True),
     }
-    rows = generation_rows(run_hf(hf), variants, new, repeats, "transformers Lfm2 .generate()", CLOCK,
-                           first_call_timed=("slmlab generate (plan, compiled)",))
-    ref = run_hf(hf)()
-    rows.append(floor_row(ours, 1 / rows[0]["tokens/s"]))
+    with tempfile.TemporaryDirectory() as folder:
+        anchors = llama_cpp_variants(ours, None, ids[0].tolist(), new, torch.get_num_threads(), folder) if available() else {}
+        rows = generation_rows(run_hf(hf), {**variants, **{name: run for name, (run, _) in anchors.items()}}, new, repeats,
+                               "transformers Lfm2 .generate()", CLOCK, first_call_timed=("slmlab generate (plan, compiled)",))
+        ref = run_hf(hf)()
+        name_agreement(rows, anchors, ref[0, prompt_len:].tolist())
+    rows.append(gemv_row(ours, 1 / rows[0]["tokens/s"], clock=CLOCK))
     for name, fn in variants.items():
         assert torch.equal(ref, fn()), f"greedy outputs differ: {name}"
     return rows

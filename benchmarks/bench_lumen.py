@@ -2,7 +2,8 @@
 
 Prints generation tokens/s (our streaming loop through the model's forward, through the decode plan,
 and through the compiled plan, vs ``LlamaForCausalLM.generate``: batch 1, 128-token prompt, 128 new
-tokens, greedy; the compiled row also shows its first call, which compiles) and training tokens/s (forward + backward + AdamW, batch 8 x 256) with
+tokens, greedy; the compiled row also shows its first call, which compiles), llama.cpp on the same
+weights exported to GGUF (f32 and q8_0) when llama-cpp-python is installed, and training tokens/s (forward + backward + AdamW, batch 8 x 256) with
 achieved GFLOP/s against the measured fp32 matmul peak.
 
     .venv/bin/python benchmarks/bench_lumen.py [--threads 2] [--clock cpu]
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -24,12 +26,13 @@ from transformers import LlamaConfig, LlamaForCausalLM
 sys.path.insert(0, os.path.dirname(__file__))
 from common import (  # noqa: E402
     adamw_step,
-    floor_row,
+    gemv_row,
     generation_rows,
     matmul_peak_gflops,
     print_table,
     timeit_interleaved,
 )
+from llamacpp_anchor import available, llama_cpp_variants, name_agreement  # noqa: E402
 from slmlab.generation import generate  # noqa: E402
 from slmlab.models.lumen import LumenConfig, LumenForCausalLM  # noqa: E402
 
@@ -54,7 +57,9 @@ CLOCK = time.perf_counter
 
 def bench_generation(ours, llama, prompt_len=128, new=128, repeats=3) -> list[dict]:
     """Our loop (through the model's forward, through the decode plan, and the plan compiled) vs
-    ``LlamaForCausalLM.generate``; every side must produce the same greedy tokens."""
+    ``LlamaForCausalLM.generate``; every side must produce the same greedy tokens. With llama-cpp-python
+    installed, llama.cpp on the model exported to GGUF (f32, q8_0) runs in the same turns; its rows
+    say how many of its greedy tokens equal ours."""
     ours.eval(), llama.eval()
     ids = torch.randint(0, ours.config.vocab_size, (1, prompt_len))
 
@@ -67,10 +72,13 @@ def bench_generation(ours, llama, prompt_len=128, new=128, repeats=3) -> list[di
         "slmlab generate (decode plan)": lambda: generate(ours, ids, new),
         "slmlab generate (plan, compiled)": lambda: generate(ours, ids, new, compile=True),
     }
-    rows = generation_rows(hf, variants, new, repeats, "transformers Llama generate", clock=CLOCK,
-                           first_call_timed=("slmlab generate (plan, compiled)",))
-    ref = hf()
-    rows.append(floor_row(ours, 1 / rows[0]["tokens/s"]))
+    with tempfile.TemporaryDirectory() as folder:
+        anchors = llama_cpp_variants(ours, None, ids[0].tolist(), new, torch.get_num_threads(), folder) if available() else {}
+        rows = generation_rows(hf, {**variants, **{name: run for name, (run, _) in anchors.items()}}, new, repeats,
+                               "transformers Llama generate", clock=CLOCK, first_call_timed=("slmlab generate (plan, compiled)",))
+        ref = hf()
+        name_agreement(rows, anchors, ref[0, prompt_len:].tolist())
+    rows.append(gemv_row(ours, 1 / rows[0]["tokens/s"], clock=CLOCK))
     for name, fn in variants.items():
         assert torch.equal(ref, fn()), f"greedy outputs differ: {name}"
     return rows
@@ -85,7 +93,7 @@ def train_flops_per_token(model, seq_len) -> float:
 def bench_training(ours, llama, batch=8, seq=256, steps=3) -> list[dict]:
     ids = torch.randint(0, ours.config.vocab_size, (batch, seq))
     rows = []
-    peak = matmul_peak_gflops()
+    peak = matmul_peak_gflops(clock=CLOCK)
     sides = {"transformers Llama": adamw_step(llama, ids), "slmlab Lumen": adamw_step(ours, ids)}
     times = timeit_interleaved(sides, steps, clock=CLOCK)
     for name, sec in times.items():

@@ -9,15 +9,16 @@ from collections.abc import Callable
 import torch
 
 
-def timeit(fn: Callable[[], object], repeats: int = 3, warmup: int = 1) -> float:
-    """Median wall time of ``fn()`` over ``repeats`` runs, after ``warmup`` runs."""
+def timeit(fn: Callable[[], object], repeats: int = 3, warmup: int = 1, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median time of ``fn()`` over ``repeats`` runs, after ``warmup`` runs (wall time unless ``clock``
+    says otherwise, e.g. ``time.process_time``)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -72,10 +73,14 @@ def generation_rows(baseline: Callable[[], object], ours: dict[str, Callable[[],
     return rows
 
 
-def weight_streaming_floor(model: torch.nn.Module, repeats: int = 50) -> tuple[float, float]:
-    """The fastest batch-1 decode any implementation of ``model`` can reach on this machine in its
-    dtype: the time of one vector-matrix product over every 2-D weight (each read once per token, the
-    LM head included), and nothing else. Returns ``(seconds per token, megabytes read per token)``."""
+def torch_gemv_time(model: torch.nn.Module, repeats: int = 50, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """What torch takes for the matrix-vector products of one batch-1 decode step of ``model`` in its
+    dtype: one vector-matrix product over every 2-D weight (the LM head included), and nothing else.
+    Returns ``(seconds per token, megabytes of weights per token)``.
+
+    This is the cost of torch's GEMV dispatches on this machine, not a limit any implementation must
+    respect: when the weights fit in the cache, llama.cpp decodes faster than this row (see the
+    llama.cpp rows, ``benchmarks/llamacpp_anchor.py``)."""
     mats = [p.detach().t().contiguous() for name, p in model.named_parameters() if p.dim() == 2 and "embed" not in name]
     head, table = model.get_output_embeddings(), model.get_input_embeddings()
     if head is not None and head.weight is table.weight:  # tied: the table is also read as the LM head
@@ -86,20 +91,20 @@ def weight_streaming_floor(model: torch.nn.Module, repeats: int = 50) -> tuple[f
         for m in mats:
             vectors[m.shape[0]] @ m
 
-    return timeit(one_token, repeats=repeats, warmup=5), sum(m.numel() * m.element_size() for m in mats) / 1e6
+    return timeit(one_token, repeats=repeats, warmup=5, clock=clock), sum(m.numel() * m.element_size() for m in mats) / 1e6
 
 
-def floor_row(model: torch.nn.Module, baseline_seconds_per_token: float) -> dict:
-    """A table row: the weight-streaming floor as tokens/s, and the largest ratio it allows."""
-    sec, mb = weight_streaming_floor(model)
-    return {"side": f"floor: GEMVs only ({mb:.1f} MB of weights per token)", "tokens/s": 1 / sec,
+def gemv_row(model: torch.nn.Module, baseline_seconds_per_token: float, clock: Callable[[], float] = time.perf_counter) -> dict:
+    """A table row: torch's GEMVs alone (:func:`torch_gemv_time`) as tokens/s, and its ratio."""
+    sec, mb = torch_gemv_time(model, clock=clock)
+    return {"side": f"torch GEMVs alone ({mb:.1f} MB of weights per token)", "tokens/s": 1 / sec,
             "ratio": baseline_seconds_per_token / sec, "first call s": float("nan")}
 
 
-def matmul_peak_gflops(n: int = 1024, repeats: int = 5) -> float:
+def matmul_peak_gflops(n: int = 1024, repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> float:
     """Measured fp32 GEMM throughput of this machine (GFLOP/s), the reference for achieved FLOP/s."""
     a, b = torch.randn(n, n), torch.randn(n, n)
-    sec = timeit(lambda: a @ b, repeats=repeats, warmup=2)
+    sec = timeit(lambda: a @ b, repeats=repeats, warmup=2, clock=clock)
     return 2 * n**3 / sec / 1e9
 
 
