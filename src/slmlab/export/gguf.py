@@ -108,12 +108,6 @@ def permute_qk(weight, n_heads: int):
     return weight.reshape(n_heads, 2, rows // n_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def unpermute_qk(weight, n_heads: int):
-    """The inverse of :func:`permute_qk`."""
-    rows = weight.shape[0]
-    return weight.reshape(n_heads, rows // n_heads // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
 def _llama_tensor(name: str, array, config):
     if name.endswith("self_attn.q_proj.weight"):
         return permute_qk(array, config.num_heads)
