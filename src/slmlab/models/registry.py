@@ -27,6 +27,7 @@ class Family:
         presets: named config overrides (a table, never read by model code).
         audit: ``model -> {category: parameter count}``, in print order.
         description: one line for ``slmlab models``.
+        scaling: the budget-fitting rule (:class:`slmlab.models.budget.ScalingRule`), or None.
     The names of family-specific forward inputs the harness may supply (PGSM's
     ``retrieval_positions``) are the base model's ``family_inputs``: :attr:`extra_forward_inputs`.
     """
@@ -37,6 +38,15 @@ class Family:
     presets: dict[str, dict] = field(default_factory=dict)
     audit: Callable[[nn.Module], dict[str, int]] | None = None
     description: str = ""
+    scaling: object | None = None
+
+    def fit_budget(self, non_embedding_budget: int, **base) -> dict:
+        """Config overrides giving about ``non_embedding_budget`` non-embedding parameters (±10%),
+        by the family's ``scaling`` rule; ``base`` holds fields every candidate keeps
+        (:func:`slmlab.models.budget.fit_budget`)."""
+        from .budget import fit_budget
+
+        return fit_budget(self, non_embedding_budget, base)
 
     @property
     def extra_forward_inputs(self) -> tuple[str, ...]:

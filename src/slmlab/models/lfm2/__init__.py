@@ -9,6 +9,7 @@ from .modeling_lfm2 import (
     Lfm2SmallModel,
     audit_parameters,
 )
+from .scaling import SCALING
 
 PRESETS = {
     "lfm2-small": {},
@@ -31,6 +32,7 @@ FAMILY = register_family(
         model_class=Lfm2SmallForCausalLM,
         presets=PRESETS,
         audit=audit_parameters,
+        scaling=SCALING,
         description="LFM2Small: gated short-conv / GQA (QK-norm) hybrid, SwiGLU, streaming conv cache",
     )
 )

@@ -4,6 +4,7 @@ from ..registry import Family, register_family
 from .configuration_lumen import LumenConfig
 from .convert import convert_seed_state_dict
 from .modeling_lumen import LumenForCausalLM, LumenModel, audit_parameters
+from .scaling import SCALING
 
 PRESETS = {
     "lumen-3m": {},
@@ -18,6 +19,7 @@ FAMILY = register_family(
         model_class=LumenForCausalLM,
         presets=PRESETS,
         audit=audit_parameters,
+        scaling=SCALING,
         description="SAGE-Lumen: tiny Llama-style decoder (MQA/GQA, RoPE, SwiGLU, tied embeddings)",
     )
 )

@@ -3,6 +3,7 @@
 from ..registry import Family, register_family
 from .configuration_nanohammer import NanoHammerConfig
 from .modeling_nanohammer import NanoHammerForCausalLM, NanoHammerModel, audit_parameters, cache_nbytes
+from .scaling import SCALING
 
 PRESETS = {
     "nanohammer-seed": {},
@@ -40,6 +41,7 @@ FAMILY = register_family(
         model_class=NanoHammerForCausalLM,
         presets=PRESETS,
         audit=audit_parameters,
+        scaling=SCALING,
         description="NanoHammer: rotated cumulative-sum state tokens beside Llama attention (GQA, RoPE, SwiGLU)",
     )
 )

@@ -8,6 +8,7 @@ Auto classes. Spelling Bee embeddings are on by default: call
 from ..registry import Family, register_family
 from .configuration_neollm import NeoLLMConfig
 from .modeling_neollm import NeoLLMForCausalLM, NeoLLMModel, audit_parameters
+from .scaling import SCALING
 
 _TINY = dict(
     vocab_size=300,
@@ -37,6 +38,7 @@ FAMILY = register_family(
         model_class=NeoLLMForCausalLM,
         presets=PRESETS,
         audit=audit_parameters,
+        scaling=SCALING,
         description="NeoLLM: switchable research transformer (SiameseNorm, IHA, REPO-GRAPE, momentum, XSA, FAN, Spelling Bee)",
     )
 )

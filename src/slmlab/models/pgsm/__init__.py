@@ -4,6 +4,7 @@ from ..registry import Family, register_family
 from .configuration_pgsm import SIZE_PRESETS, PGSMConfig
 from .convert import config_from_seed, convert_seed_state_dict
 from .modeling_pgsm import PGSMForCausalLM, PGSMModel, audit_parameters, build_pgsm_model
+from .scaling import SCALING
 
 PRESETS = {f"pgsm-{size}": dict(values) for size, values in SIZE_PRESETS.items()}
 
@@ -14,6 +15,7 @@ FAMILY = register_family(
         model_class=PGSMForCausalLM,
         presets=PRESETS,
         audit=audit_parameters,
+        scaling=SCALING,
         description="PGSM: attention-free causal-conv backbone + query-only sparse RoPE retrieval",
     )
 )
