@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import slmlab
 from slmlab.cli import COMMANDS, main
@@ -122,3 +123,18 @@ def test_models_cache_damaged_or_unwritable(tmp_path, monkeypatch, capsys):
     assert main(["models"]) == 0
     assert "lumen-3m" in capsys.readouterr().out
 
+
+def test_generate_threads(tmp_path, capsys):
+    from slmlab.models.lumen import LumenConfig, LumenForCausalLM
+
+    LumenForCausalLM(LumenConfig(vocab_size=32, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32,
+                                 max_seq_len=32)).save_pretrained(tmp_path)
+    before = torch.get_num_threads()
+    try:
+        assert main(["generate", str(tmp_path), "--prompt-ids", "1,2,3", "--max-new-tokens", "3", "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+        assert len(capsys.readouterr().out.split()) == 3
+        assert main(["generate", str(tmp_path), "--prompt-ids", "1", "--threads", "-1"]) == 2
+        assert "--threads must be >= 0" in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(before)

@@ -6,6 +6,10 @@ import sys
 
 from ._common import command_parser, load_for_inference
 
+# Batch-1 decode of the default presets (a few million parameters) is a chain of small GEMVs: a
+# second thread costs more in synchronisation than it saves (docs/cli.md, `slmlab generate`).
+DEFAULT_THREADS = 1
+
 
 def generate_command(argv: list[str]) -> int:
     """Stream a continuation from a trained run or checkpoint (works for every family).
@@ -29,13 +33,20 @@ def generate_command(argv: list[str]) -> int:
                    help="drop the prompt's oldest tokens (with a warning) when it leaves no room for new tokens")
     p.add_argument("--compile", action="store_true",
                    help="compile the decode step with torch.compile (Lumen, LFM2; ~10 s once, then faster per token)")
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                   help=f"torch CPU threads (default {DEFAULT_THREADS}: batch-1 decode of these model sizes is fastest on"
+                        " one thread; 0 = torch's default, one per core)")
     args = p.parse_args(argv)
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
     import torch
 
     from slmlab.generation import SamplingConfig, generate
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
     if args.prompt_ids is not None:
         ids = [int(x) for x in args.prompt_ids.replace(" ", "").split(",") if x]
