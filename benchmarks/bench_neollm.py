@@ -9,11 +9,16 @@
    step vs its anchor, in alternating rounds (targets in ``RESIDUAL_OPTIONS``; run with ``--seq 256``).
 4. Generation tokens/s at a 512-token context: ``slmlab.generation`` through the cache vs recomputing
    the whole prefix for every new token (target: >= 5x).
-4. ``options``: the default stack with one attention option on vs the default stack, same batch
+5. ``--sections embedding-options``: the input-parameter ratio of the Leviathan generator against the
+   dense table (counted on the meta device), the training step with the generator and with generator
+   + JTok-M against the dense-table step (targets 1.3x and 1.6x; run with ``--seq 256``), and the eval
+   forward with each baked table against the dense table's eval forward (target 1.02x).
+6. ``options``: the default stack with one attention option on vs the default stack, same batch
    (targets in ``OPTIONS``; affine also on its eager path, LUCID also at ``--long`` tokens with peak
    RSS), and cached generation with all five options on vs recomputing the prefix (target: >= 5x).
 
     .venv/bin/python benchmarks/bench_neollm.py --sections attention-options --vocab 8192 --seq 256 --threads 1 --clock cpu
+    .venv/bin/python benchmarks/bench_neollm.py --sections embedding-options --seq 256   # vocab 64402
 
     .venv/bin/python benchmarks/bench_neollm.py [--vocab 64402] [--batch 2] [--seq 128] [--sections train,components,generate]
     .venv/bin/python benchmarks/bench_neollm.py --vocab 8192 --threads 1 --clock cpu   # on a shared CPU box
@@ -66,6 +71,14 @@ RESIDUAL_OPTIONS = [
     ("LNS", dict(use_lns=True), {}, 1.03),
     ("GPAS", dict(use_gpas=True), {}, 1.03),
     ("PolyNorm (vs xIELU)", dict(polynorm_exclusive=True), {}, 1.05),
+]
+
+
+# Embedding-side options against the dense-table default: (option, its config, target step-time ratio).
+GENERATOR = dict(use_token_generator=True)
+EMBEDDING_OPTIONS = [
+    ("Leviathan generator", GENERATOR, 1.3),
+    ("generator + JTok-M", dict(GENERATOR, use_jtokm=True), 1.6),
 ]
 
 
@@ -215,6 +228,35 @@ def options_section(args) -> None:
     print(f"RATIO generation cache/recompute, all five options = {cached / full:.1f}x (target >= 5x)", flush=True)
 
 
+def embedding_section(args) -> None:
+    """The generator's input parameters against the dense table, the training step with the generator
+    (and JTok-M) against the dense-table step, and the baked eval forward against the dense eval forward."""
+    with torch.device("meta"):
+        dense = NeoLLMConfig(vocab_size=args.vocab)
+        table = NeoLLMForCausalLM(dense).model.embed_tokens.weight.numel()
+        gen = sum(p.numel() for p in NeoLLMForCausalLM(NeoLLMConfig(vocab_size=args.vocab, **GENERATOR)).model.token_generator.parameters())
+    print(f"RATIO input parameters dense table {table:,} / generator {gen:,} = {table / gen:.2f}x fewer", flush=True)
+    rows = []
+    for name, overrides, target in EMBEDDING_OPTIONS:
+        t_on, t_off = interleaved_times([train_step(neollm(args, **overrides), args), train_step(neollm(args), args)], args)
+        rows.append({"option": name, "step s": t_on, "dense-table step s": t_off, "x dense": t_on / t_off, "target": target})
+        verdict = "ok" if t_on / t_off <= target else "MISSED"
+        print(f"RATIO train {name} / dense-table step time = {t_on / t_off:.3f}x (target <= {target}) {verdict}", flush=True)
+    print_table(rows, f"Training step, batch {args.batch}x{args.seq}, vocab {args.vocab}, {args.device}, {args.clock} clock")
+    ids = torch.randint(1, args.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(2)).to(args.device)
+
+    def baked_eval(overrides):
+        model = neollm(args, **overrides).eval()
+        model.bake_inference_table()
+        return torch.inference_mode()(lambda: model(input_ids=ids, use_cache=False))
+
+    evals = [("dense table, baked", {}), ("generator, baked", GENERATOR), ("generator + JTok-M, baked", dict(GENERATOR, use_jtokm=True))]
+    times = interleaved_times([baked_eval(o) for _, o in evals], args)
+    for (name, _), t in zip(evals[1:], times[1:]):
+        goal = " (target <= 1.02)" if name == "generator, baked" else ""
+        print(f"RATIO eval forward {name} / dense table, baked = {t / times[0]:.3f}x{goal}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vocab", type=int, default=64402)
@@ -259,6 +301,9 @@ def main() -> None:
 
     if sections & {"options", "attention-options"}:
         options_section(args)
+
+    if sections & {"options", "embedding-options"}:
+        embedding_section(args)
 
     if sections & {"options", "residual-options"}:
         opts = []
