@@ -273,3 +273,30 @@ def test_embedding_module_alone():
     ids = torch.tensor([[[0, 0], [4, 5]]])
     out = emb(ids)
     assert out.shape == (1, 4, 8) and float(out[0, :2].abs().sum()) == 0
+
+
+def test_focal_loss_by_hand_and_selected_by_the_config():
+    from slmlab.transactions.fraud import FocalLoss, WeightedBCE
+
+    z = torch.tensor([[2.0, -1.0, 0.5]])
+    y = torch.tensor([[1, 0, 0]])
+    p = torch.sigmoid(z)
+    pt = torch.where(y == 1, p, 1 - p)
+    w = torch.where(y == 1, torch.tensor(3.0), torch.tensor(1.0))
+    torch.testing.assert_close(WeightedBCE(3.0)(z, y), -w * pt.log())
+    torch.testing.assert_close(FocalLoss(3.0, gamma=2.0)(z, y), -w * (1 - pt) ** 2 * pt.log())
+    torch.testing.assert_close(FocalLoss(3.0, gamma=0.0)(z, y), WeightedBCE(3.0)(z, y))
+    big = torch.tensor([[40.0, -40.0]])  # confident and right: no NaN, ~0
+    assert torch.isfinite(FocalLoss(1.0)(big, torch.tensor([[1, 0]]))).all()
+    bce = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", pos_weight=2.0)).eval()
+    focal = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", pos_weight=2.0, fraud_loss="focal"))
+    focal.load_state_dict(bce.state_dict())  # the loss holds no weights
+    focal.eval()
+    ids = random_ids(bce.encoder, B=1, T=5, seed=2)
+    labels = torch.tensor([[0, 1, -100, 0, 0]])
+    with torch.no_grad():
+        a, b = bce(ids, labels=labels), focal(ids, labels=labels)
+    torch.testing.assert_close(a.logits, b.logits)
+    assert isinstance(focal.loss_fn, FocalLoss) and 0 < float(b.loss) < float(a.loss)
+    with pytest.raises(ValueError, match="fraud_loss"):
+        TxnEncoderConfig.from_preset("lfm2_tiny", fraud_loss="hinge")

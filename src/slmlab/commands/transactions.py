@@ -49,6 +49,8 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--encoder", default=None, help="pretrained run folder (default: from scratch)")
             p.add_argument("--linear-probe", action="store_true", help="freeze embedding and backbone")
             p.add_argument("--keep-negative", type=float, default=1.0, help="share of fraud-free windows kept")
+            p.add_argument("--loss", default="bce", choices=("bce", "focal"), help="fraud loss (default bce)")
+            p.add_argument("--focal-gamma", type=float, default=2.0, help="focusing exponent of --loss focal")
         if name in ("evaluate", "score"):
             p.add_argument("--model", default=None, help="fine-tuned run folder (evaluate: omit for baselines only)")
             p.add_argument("--out", required=True, help="report folder (evaluate) or CSV file (score)")
@@ -136,7 +138,7 @@ def _finetune(args) -> int:
     schema = encoder.config.fitted_schema if encoder is not None else preset_schema(args.preset)
     bank = _load_bank(args, schema)
     trainer = finetune(bank, args.out, encoder, args.preset, [f"device={args.device}", *overrides], args.linear_probe,
-                       args.keep_negative, files=files)
+                       args.keep_negative, files=files, loss=args.loss, focal_gamma=args.focal_gamma)
     ev = trainer.state.last_eval
     print(f"fine-tuned {trainer.state.step} steps; validation PR-AUC {ev.get('pr_auc', float('nan')):.4f} -> {args.out}")
     return 0

@@ -4,7 +4,9 @@ The head reads the backbone state at ``p = t*F + score_index`` (``auth_method``)
 has seen every field of transaction ``t`` except its own ``response_code`` (the issuer's decision,
 which in real-time scoring comes after the score) and all earlier transactions. MLP
 ``Linear(D, D/2) -> SiLU -> Dropout -> Linear(D/2, 1)``; loss BCE with
-``pos_weight = min(30, sqrt(neg / pos))``. ``freeze_backbone`` (linear-probe mode) freezes the
+``pos_weight = min(30, sqrt(neg / pos))``, or the focal loss (the same weighted BCE scaled by
+``(1 - p_t) ** gamma``, so confidently right transactions contribute little; Lin et al., "Focal Loss
+for Dense Object Detection", arXiv:1708.02002). ``freeze_backbone`` (linear-probe mode) freezes the
 embedding and the backbone at construction.
 """
 
@@ -26,6 +28,39 @@ IGNORE = -100
 def pos_weight_from_counts(neg: int, pos: int, cap: float = 30.0) -> float:
     """``min(cap, sqrt(neg / pos))`` (1 when there are no positives)."""
     return 1.0 if pos <= 0 else float(min(cap, math.sqrt(max(neg, 1) / pos)))
+
+
+class WeightedBCE(nn.Module):
+    """Per-transaction BCE with a positive weight: ``[B, T]`` logits and 0/1 targets -> ``[B, T]``."""
+
+    def __init__(self, pos_weight: float) -> None:
+        super().__init__()
+        self.pos_weight = float(pos_weight)
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        pw = torch.tensor(self.pos_weight, dtype=torch.float32, device=logits.device)
+        return F.binary_cross_entropy_with_logits(logits.float(), target.float(), pos_weight=pw, reduction="none")
+
+
+class FocalLoss(WeightedBCE):
+    """Focal loss: the weighted BCE times ``(1 - p_t) ** gamma``, ``p_t`` the probability given to
+    the true class (``gamma = 0`` is :class:`WeightedBCE`)."""
+
+    def __init__(self, pos_weight: float, gamma: float = 2.0) -> None:
+        super().__init__(pos_weight)
+        self.gamma = float(gamma)
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        z, y = logits.float(), target.float()
+        log_pt = -F.binary_cross_entropy_with_logits(z, y, reduction="none")  # log p_t, stable
+        return super().forward(logits, target) * (1 - log_pt.exp()).pow(self.gamma)
+
+
+def fraud_loss_from_config(config) -> nn.Module:
+    """The config's fraud loss: ``bce`` -> :class:`WeightedBCE`, ``focal`` -> :class:`FocalLoss`."""
+    if config.fraud_loss == "focal":
+        return FocalLoss(config.pos_weight, config.focal_gamma)
+    return WeightedBCE(config.pos_weight)
 
 
 class TransactionFraudHead(nn.Module):
@@ -66,6 +101,7 @@ class TransactionFraudModel(TxnPreTrainedModel):
         d = config.backbone_config().hidden_size
         self.fraud_head = TransactionFraudHead(d, self.encoder.score_index, len(self.encoder.feature_names),
                                                config.fraud_hidden, config.fraud_dropout)
+        self.loss_fn = fraud_loss_from_config(config)
         self.post_init()
         self.encoder.embedding.zero_pad_rows()
         if config.freeze_backbone:
@@ -87,8 +123,6 @@ class TransactionFraudModel(TxnPreTrainedModel):
         loss = None
         if labels is not None:
             valid = (labels != IGNORE) & txn_mask
-            target = labels.clamp(min=0).to(logits.dtype)
-            pw = torch.tensor(self.config.pos_weight, dtype=torch.float32, device=logits.device)
-            ce = F.binary_cross_entropy_with_logits(logits.float(), target.float(), pos_weight=pw, reduction="none")
-            loss = (ce * valid).sum() / valid.sum().clamp(min=1)
+            per_txn = self.loss_fn(logits, labels.clamp(min=0))
+            loss = (per_txn * valid).sum() / valid.sum().clamp(min=1)
         return FraudOutput(loss=loss, logits=logits)

@@ -58,13 +58,18 @@ class TxnEncoderConfig(PretrainedConfig):
         fraud_dropout: dropout of the fraud MLP.
         freeze_backbone: linear-probe mode of the fraud model (embedding and backbone frozen).
         pos_weight: BCE positive weight of the fraud model (set from the training labels).
+        fraud_loss: ``bce`` (weighted binary cross-entropy) or ``focal`` (the same, scaled by
+            ``(1 - p_t) ** focal_gamma``; Lin et al., "Focal Loss for Dense Object Detection",
+            arXiv:1708.02002).
+        focal_gamma: the focusing exponent of the focal loss (``>= 0``; 0 is plain weighted BCE).
     """
 
     model_type = "slmlab_txn_encoder"
 
     def __init__(self, backbone: dict | None = None, schema: dict | None = None, max_transactions: int = 64,
                  lm_head_bias: bool = False, initializer_range: float = 0.02, fraud_hidden: int | None = None,
-                 fraud_dropout: float = 0.1, freeze_backbone: bool = False, pos_weight: float = 1.0, **kwargs) -> None:
+                 fraud_dropout: float = 0.1, freeze_backbone: bool = False, pos_weight: float = 1.0,
+                 fraud_loss: str = "bce", focal_gamma: float = 2.0, **kwargs) -> None:
         self.backbone = dict(backbone or {})
         self.schema = _schema_dict(schema)
         self.max_transactions = int(max_transactions)
@@ -74,7 +79,13 @@ class TxnEncoderConfig(PretrainedConfig):
         self.fraud_dropout = float(fraud_dropout)
         self.freeze_backbone = bool(freeze_backbone)
         self.pos_weight = float(pos_weight)
+        self.fraud_loss = str(fraud_loss)
+        self.focal_gamma = float(focal_gamma)
         super().__init__(**kwargs)
+        if self.fraud_loss not in ("bce", "focal"):
+            raise ValueError(f"fraud_loss must be 'bce' or 'focal', got {fraud_loss!r}")
+        if not self.focal_gamma >= 0:
+            raise ValueError(f"focal_gamma must be >= 0, got {focal_gamma!r}")
         if self.max_transactions <= 0:
             raise ValueError(f"max_transactions must be a positive integer, got {max_transactions!r}")
         need = self.max_transactions * len(self.schema_config.features)

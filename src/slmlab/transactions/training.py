@@ -80,9 +80,10 @@ def fraud_eval(model, windows, batch_size: int = 64) -> dict:
 
 def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None = None, preset: str = "lfm2_tiny",
              overrides: list[str] = (), linear_probe: bool = False, keep_negative: float = 1.0, seed: int = 0,
-             files: list[str] = ()) -> Trainer:
+             files: list[str] = (), loss: str = "bce", focal_gamma: float = 2.0) -> Trainer:
     """Fine-tune a fraud model (from ``encoder``, else from scratch) on training windows with labels
-    known by the end of train; ``keep_negative`` < 1 keeps that share of windows without fraud."""
+    known by the end of train; ``keep_negative`` < 1 keeps that share of windows without fraud;
+    ``loss`` is ``bce`` or ``focal`` (with ``focal_gamma``)."""
     cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files)
     torch.manual_seed(cfg.seed)
     y_train = bank.labels(bank.cuts["train_end"])
@@ -90,7 +91,8 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     train_rows = bank.period_mask(None, bank.cuts["train_end"])
     pos = int((y_train[train_rows] == 1).sum())
     neg = int((y_train[train_rows] == 0).sum())
-    extra = {"pos_weight": pos_weight_from_counts(neg, pos), "freeze_backbone": linear_probe}
+    extra = {"pos_weight": pos_weight_from_counts(neg, pos), "freeze_backbone": linear_probe, "fraud_loss": loss,
+             "focal_gamma": focal_gamma}
     if encoder is None:
         config = TxnEncoderConfig.from_preset(preset, schema=bank.fitted, **extra)
         model = TransactionFraudModel(config)
