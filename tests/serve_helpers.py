@@ -28,8 +28,9 @@ TINY = {
 PRINTABLE = list(range(32, 127))
 
 
-def build_checkpoint(family: str, folder: Path, seed: int = 0, **overrides) -> Path:
-    """A random model of ``family`` saved with the byte tokenizer. Its head only scores printable ASCII
+def build_checkpoint(family: str, folder: Path, seed: int = 0, tiny: bool = True, **overrides) -> Path:
+    """A random model of ``family`` (its tiny test config, or with ``tiny=False`` the family's default
+    preset) saved with the byte tokenizer. Its head only scores printable ASCII
     (every other row, end-of-text included, is zero and always loses to the best printable one), and
     its weights are larger than at initialisation, so greedy completions are varied readable text of
     exactly ``max_tokens`` tokens."""
@@ -39,8 +40,8 @@ def build_checkpoint(family: str, folder: Path, seed: int = 0, **overrides) -> P
 
     fam = get_family(family)
     tokenizer = byte_tokenizer()
-    kwargs = TINY[family] or {}
-    preset = f"{family}-tiny" if TINY[family] is None else None
+    kwargs = (TINY[family] or {}) if tiny else {}
+    preset = f"{family}-tiny" if tiny and TINY[family] is None else None
     torch.manual_seed(seed)
     model = fam.model_class(fam.make_config(preset, vocab_size=len(tokenizer), tie_word_embeddings=False,
                                             **{**kwargs, **overrides})).eval()

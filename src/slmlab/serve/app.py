@@ -149,7 +149,7 @@ def build_app(served: ServedModel, worker: Worker, api_key: str | None = None):
         loop, events = asyncio.get_running_loop(), asyncio.Queue()
         job = Job(prompt_ids=ids, max_tokens=max_tokens, sampling=SamplingConfig(req.temperature, req.top_k, req.top_p),
                   seed=req.seed if req.seed is not None else secrets.randbits(63), text=TextStream(served.tokenizer, stops),
-                  emit=lambda event: loop.call_soon_threadsafe(events.put_nowait, event))
+                  deliver=events.put_nowait, loop=loop)
         worker.submit(job)
         chat = req.kind == "chat"
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
@@ -198,10 +198,18 @@ def build_app(served: ServedModel, worker: Worker, api_key: str | None = None):
                 first = chunk("", None)
                 first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
                 yield _sse(first)
+            pending: Event | None = None
             while True:
-                event: Event = await events.get()
-                if event.kind == "delta":
-                    yield _sse(chunk(event.text, None))
+                event, pending = pending or await events.get(), None
+                if event.kind == "delta":  # deltas that queued up while the client was slower go out as one chunk
+                    text = [event.text]
+                    while not events.empty():
+                        pending = events.get_nowait()
+                        if pending.kind != "delta":
+                            break
+                        text.append(pending.text)
+                        pending = None
+                    yield _sse(chunk("".join(text), None))
                 elif event.kind == "error":
                     yield _sse(event.error.body())
                     break

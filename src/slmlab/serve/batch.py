@@ -1,7 +1,8 @@
 """Continuous batching over a family's own cache: rows join and leave a decoding batch between steps.
 
-A request is prefilled alone (one forward of its prompt, its own :class:`ModelCache`), then joins
-the running batch: the two caches are aligned on the right by left-padding the shorter one and
+Requests admitted at the same step are prefilled together (one forward of their left-padded
+prompts, one new :class:`ModelCache`), then join the running batch: the two caches are aligned on
+the right by left-padding the shorter one and
 concatenated on the batch axis, and the batch's ``attention_mask`` marks the padding (every family
 derives positions from that mask, so a padded row decodes exactly as it would alone). A finished
 or abandoned row leaves by :meth:`ModelCache.reorder_cache`; leading columns that no remaining row
@@ -17,6 +18,8 @@ separate decoding at start-up; a family that fails it is served one request at a
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -83,6 +86,16 @@ def _states(cache: ModelCache) -> list[LayerState]:
     return list(cache.layers) + [cache.extra[k] for k in sorted(cache.extra)]
 
 
+@dataclass
+class Prefilled:
+    """Prompts run through the model together: ``cache``, ``mask [k, L]`` (1 = real token, left
+    padding) and the next-token ``logits [k, V]``."""
+
+    cache: ModelCache
+    mask: torch.Tensor
+    logits: torch.Tensor
+
+
 class DecodeBatch:
     """The rows decoding together: one cache, its left-padding mask and each row's last token.
 
@@ -100,22 +113,29 @@ class DecodeBatch:
         return 0 if self.last is None else self.last.shape[0]
 
     @torch.inference_mode()
-    def prefill(self, ids: list[int]) -> tuple[ModelCache, torch.Tensor]:
-        """Run one prompt alone: ``(its cache, next-token logits [1, V])``."""
+    def prefill(self, prompts: list[list[int]]) -> Prefilled:
+        """Run prompts together, left-padded to the longest: their cache, mask and next-token logits."""
         device = self.model.get_input_embeddings().weight.device
-        out = self.model(input_ids=torch.tensor([ids], device=device), use_cache=True, logits_to_keep=1)
-        return out.cache, out.logits[:, -1]
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        mask = torch.zeros(len(prompts), width, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        padded = bool((mask == 0).any())
+        out = self.model(input_ids=ids, attention_mask=mask if padded else None, use_cache=True, logits_to_keep=1)
+        return Prefilled(out.cache, mask, out.logits[:, -1])
 
-    def join(self, cache: ModelCache, token: torch.Tensor) -> None:
-        """Add a prefilled row (its cache and the ``[1]`` token it feeds next) as the last row.
+    def join(self, rows: Prefilled, tokens: torch.Tensor) -> None:
+        """Append prefilled rows (and the ``[k]`` tokens they feed next) after the current ones.
 
         Raises:
             CannotBatch: the caches cannot be joined; the batch is unchanged.
         """
-        seen = cache.seen_tokens
-        row_mask = torch.ones(1, seen, dtype=torch.long, device=token.device)
+        cache, seen = rows.cache, rows.cache.seen_tokens
         if self.cache is None:
-            self.cache, self.mask, self.last = cache, row_mask, token.reshape(1)
+            self.cache, self.mask, self.last = cache, rows.mask, tokens.reshape(-1)
             return
         width = max(self.cache.seen_tokens, seen)
         pad_a, pad_b = width - self.cache.seen_tokens, width - seen
@@ -131,8 +151,8 @@ class DecodeBatch:
                 vars(state).update(saved)
             raise
         self.cache.seen_tokens = width
-        self.mask = torch.cat((F.pad(self.mask, (pad_a, 0)), F.pad(row_mask, (pad_b, 0))))
-        self.last = torch.cat((self.last, token.reshape(1)))
+        self.mask = torch.cat((F.pad(self.mask, (pad_a, 0)), F.pad(rows.mask, (pad_b, 0))))
+        self.last = torch.cat((self.last, tokens.reshape(-1)))
 
     def keep(self, rows: list[int]) -> None:
         """Keep only ``rows`` (in this order); cut the leading columns no kept row uses."""
@@ -172,9 +192,10 @@ def batching_refusal(model, tolerance: float = 1e-3) -> str | None:
     """Why ``model`` cannot be served by continuous batching, or None when it can.
 
     The probe: three prompts (5, 9 and 3 tokens) decoded alone, against the same rows in one
-    :class:`DecodeBatch` where they join one step apart (so the batch and the newcomers are both
-    left-padded) and the longest leaves before the last step (so leading columns are cut). Any join
-    error, or logits that differ from decoding alone by more than ``tolerance``, refuses batching.
+    :class:`DecodeBatch`: the first alone, then the other two prefilled together (left-padded) and
+    joined after its first step (so the batch is padded too); the longest leaves before the last
+    step (so leading columns are cut). Any join error, or logits that differ from decoding alone by
+    more than ``tolerance``, refuses batching.
     """
     vocab = model.config.vocab_size
     limit = model.max_positions()
@@ -189,19 +210,20 @@ def batching_refusal(model, tolerance: float = 1e-3) -> str | None:
         alone = []
         for prompt, row in zip(prompts, feeds):
             solo = DecodeBatch(model)
-            cache, logits = solo.prefill(prompt)
-            solo.join(cache, row[:1])
-            steps = [logits[0]]
+            first = solo.prefill([prompt])
+            solo.join(first, row[:1])
+            steps = [first.logits[0]]
             for k in range(feeds.shape[1]):
                 solo.last = row[k : k + 1].clone()
                 steps.append(solo.step()[0])
             alone.append(steps)
         batch, rows, count, pairs = DecodeBatch(model), [], [0, 0, 0], []
 
-        def join(i: int) -> None:
-            cache, _ = batch.prefill(prompts[i])
-            batch.join(cache, feeds[i, :1])
-            rows.append(i)
+        def join(group: list[int]) -> None:
+            prefilled = batch.prefill([prompts[i] for i in group])
+            pairs.extend((prefilled.logits[j], alone[i][0]) for j, i in enumerate(group))
+            batch.join(prefilled, feeds[group, 0])
+            rows.extend(group)
 
         def feed() -> None:
             batch.last = torch.stack([feeds[i, count[i]] for i in rows])
@@ -210,7 +232,7 @@ def batching_refusal(model, tolerance: float = 1e-3) -> str | None:
                 count[i] += 1
                 pairs.append((out[j], alone[i][count[i]]))
 
-        join(0), feed(), join(1), feed(), join(2), feed()
+        join([0]), feed(), join([1, 2]), feed(), feed()
         batch.keep([0, 2])
         rows.remove(1)
         feed()

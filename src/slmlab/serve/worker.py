@@ -12,11 +12,13 @@ it is full). The worker thread then either
   :func:`slmlab.generation.generate` (the family's decode plan when it has one).
 
 Either way a request's events (text deltas, the end with its finish reason and token counts, or an
-error) go back to the event loop through its ``emit`` callback; the worker never blocks on a client.
+error) go back to the event loop in one hand-over per decoding step (one wake-up of the loop, not
+one per row); the worker never blocks on a client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import threading
@@ -26,7 +28,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..generation import SamplingConfig, generate, sample_next
-from .batch import CannotBatch, DecodeBatch
+from ..layers.fused import frozen_weights
+from .batch import CannotBatch, DecodeBatch, Prefilled
 from .errors import APIError
 from .text import TextStream
 
@@ -57,7 +60,8 @@ class Job:
         sampling: temperature / top-k / top-p (temperature 0: greedy).
         seed: seeds the request's own random generator.
         text: the request's :class:`TextStream` (detokenization and stop strings).
-        emit: called from the worker thread with each :class:`Event` (must be thread-safe).
+        deliver: takes each :class:`Event`, called on the thread of ``loop``.
+        loop: the request's event loop (the worker hands events to it once per decoding step).
     """
 
     prompt_ids: list[int]
@@ -65,7 +69,8 @@ class Job:
     sampling: SamplingConfig
     seed: int
     text: TextStream
-    emit: Callable[[Event], None]
+    deliver: Callable[[Event], None]
+    loop: asyncio.AbstractEventLoop
     cancelled: bool = False
     finished: bool = False
     tokens: int = 0
@@ -103,6 +108,7 @@ class Worker:
         self.running = 0
         self.counts = collections.Counter()
         self._stopping = False
+        self._outbox: list[tuple[Job, Event]] = []
         self._thread = threading.Thread(target=self._run, name="slmlab-serve-worker", daemon=True)
 
     # -- the event-loop side ---------------------------------------------------------------------
@@ -148,14 +154,31 @@ class Worker:
     def _run(self) -> None:
         torch.set_grad_enabled(False)
         try:
-            (self._run_batched if self.batched else self._run_sequential)()
+            with frozen_weights():  # served weights never change: fused projections are concatenated once
+                (self._run_batched if self.batched else self._run_sequential)()
         except Exception:  # a bug in the worker itself: log it, fail what waits, keep the process answering 503s
             logger.exception("the model worker stopped")
             with self.cond:
                 jobs, self.waiting = list(self.waiting), collections.deque()
                 self.max_queue = 0
             for job in jobs:
-                job.emit(Event("error", error=APIError(500, "the model worker stopped; see the server log")))
+                self._emit(job, Event("error", error=APIError(500, "the model worker stopped; see the server log")))
+            self._flush()
+
+    def _emit(self, job: Job, event: Event) -> None:
+        self._outbox.append((job, event))
+
+    def _flush(self) -> None:
+        """Hand the events of this step to their event loops, one call per loop."""
+        by_loop: dict = {}
+        for job, event in self._outbox:
+            by_loop.setdefault(job.loop, []).append((job, event))
+        self._outbox = []
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the loop is closed: the server is shutting down
+                pass
 
     def _prepare(self, job: Job) -> None:
         job.generator = torch.Generator(device=self.device).manual_seed(job.seed)
@@ -167,7 +190,7 @@ class Worker:
             self.counts["tokens"] += 1
         delta = job.text.push(token)
         if delta:
-            job.emit(Event("delta", text=delta))
+            self._emit(job, Event("delta", text=delta))
         reason = None
         if job.text.stopped or token in self.stop_ids:
             reason = "stop"
@@ -181,15 +204,15 @@ class Worker:
         job.finished = True
         rest = job.text.flush()
         if rest:
-            job.emit(Event("delta", text=rest))
-        job.emit(Event("done", finish_reason=reason, completion_tokens=job.tokens))
+            self._emit(job, Event("delta", text=rest))
+        self._emit(job, Event("done", finish_reason=reason, completion_tokens=job.tokens))
         with self.cond:
             self.counts["completed"] += 1
 
     def _fail(self, job: Job, err: Exception) -> None:
         job.finished = True
         logger.exception("request failed", exc_info=err)
-        job.emit(Event("error", error=APIError(500, f"generation failed: {type(err).__name__}: {err}")))
+        self._emit(job, Event("error", error=APIError(500, f"generation failed: {type(err).__name__}: {err}")))
         with self.cond:
             self.counts["failed"] += 1
 
@@ -210,7 +233,9 @@ class Worker:
             def on_token(tokens: torch.Tensor, job=job) -> None:
                 if job.cancelled:
                     raise _Stop
-                if self._token(job, int(tokens[0])):
+                finished = self._token(job, int(tokens[0]))
+                self._flush()
+                if finished:
                     raise _Stop
 
             ids = torch.tensor([job.prompt_ids], device=self.device)
@@ -223,6 +248,7 @@ class Worker:
                 self._fail(job, err)
             if job.cancelled and not job.finished:
                 self._drop_cancelled(job)
+            self._flush()
             with self.cond:
                 self.running = 0
 
@@ -234,39 +260,74 @@ class Worker:
                 greedy[i] = int(sample_next(logits[i : i + 1], job.sampling, job.generator)[0])
         return greedy
 
+    def _admit(self, free: int, block: bool) -> list[Job]:
+        """Up to ``free`` waiting requests (blocking for the first when ``block``)."""
+        jobs: list[Job] = []
+        while len(jobs) < free:
+            job = self._next_job(block=block and not jobs)
+            if job is None:
+                break
+            jobs.append(job)
+        return jobs
+
+    # A prefill group pads its prompts to the longest. One forward costs a fixed overhead (a few ms on a
+    # CPU) plus its tokens, so short prompts share one: the padding may reach a quarter of the real
+    # tokens plus 16 per prompt, and the group at most 8192 tokens.
+    PREFILL_PADDING = 0.25
+    PREFILL_PADDING_PER_PROMPT = 16
+    PREFILL_TOKENS = 8192
+
+    def _prefill_groups(self, jobs: list[Job]) -> list[list[Job]]:
+        """``jobs`` by prompt length into groups that are prefilled together with little padding."""
+        groups: list[list[Job]] = []
+        for job in sorted(jobs, key=lambda j: len(j.prompt_ids)):
+            group = groups[-1] if groups else None
+            n = len(job.prompt_ids)
+            if group is not None:
+                real = sum(len(j.prompt_ids) for j in group) + n
+                padded = n * (len(group) + 1)  # sorted: the newcomer is the longest
+                allowed = self.PREFILL_PADDING * real + self.PREFILL_PADDING_PER_PROMPT * (len(group) + 1)
+                if padded - real <= allowed and padded <= self.PREFILL_TOKENS:
+                    group.append(job)
+                    continue
+            groups.append([job])
+        return groups
+
     def _run_batched(self) -> None:
         batch, jobs = DecodeBatch(self.model), []
-        held = None  # (job, cache, token) of a prefilled request whose cache cannot join the current rows
+        held = None  # (jobs, prefilled, tokens) whose cache cannot join the current rows
         while not self._stopping:
-            while len(jobs) < self.max_batch:
-                if held is not None:  # it starts the next batch once the current rows are done
-                    if jobs:
-                        break
-                    job, cache, token = held
-                    held = None
-                    batch.join(cache, token)
-                    jobs.append(job)
+            if held is not None and not jobs:  # they start the next batch once the current rows are done
+                group, prefilled, tokens = held
+                held = None
+                batch.join(prefilled, tokens)
+                jobs.extend(group)
+            admitted = self._admit(self.max_batch - len(jobs), block=not jobs) if held is None else []
+            for group in self._prefill_groups(admitted):
+                if held is not None:  # an earlier group could not join: the rest waits for the drain too
+                    with self.cond:
+                        self.waiting.extendleft(reversed(group))
                     continue
-                job = self._next_job(block=not jobs)
-                if job is None:
-                    break
-                self._prepare(job)
+                for job in group:
+                    self._prepare(job)
                 try:
-                    cache, logits = batch.prefill(job.prompt_ids)
-                    token = self._sample(logits, [job])[0]
+                    prefilled: Prefilled = batch.prefill([job.prompt_ids for job in group])
+                    first = self._sample(prefilled.logits, group)
                 except Exception as err:
-                    self._fail(job, err)
+                    for job in group:
+                        self._fail(job, err)
+                    self._flush()
                     continue
-                if self._token(job, token):
-                    continue
-                token = torch.tensor([token], device=self.device)
+                for job, token in zip(group, first):
+                    self._token(job, token)
+                self._flush()  # first tokens out before anything else runs
+                tokens = torch.tensor(first, device=self.device)
                 try:
-                    batch.join(cache, token)
+                    batch.join(prefilled, tokens)
+                    jobs.extend(group)
                 except CannotBatch as err:
-                    logger.info("a request waits for the running batch to finish: %s", err)
-                    held = (job, cache, token)
-                    continue
-                jobs.append(job)
+                    logger.info("%d requests wait for the running batch to finish: %s", len(group), err)
+                    held = (group, prefilled, tokens)
             keep = []
             for i, job in enumerate(jobs):
                 if job.cancelled and not job.finished:
@@ -287,8 +348,15 @@ class Worker:
             except Exception as err:
                 for job in jobs:
                     self._fail(job, err)
+                self._flush()
                 batch, jobs = DecodeBatch(self.model), []
                 continue
             batch.last = torch.tensor(tokens, device=self.device)
             for job, token in zip(jobs, tokens):
                 self._token(job, token)
+            self._flush()
+
+
+def _deliver(items: list[tuple[Job, Event]]) -> None:
+    for job, event in items:
+        job.deliver(event)
