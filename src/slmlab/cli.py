@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "tokenizer": "slmlab.commands.tokenizer:tokenizer_command",
     "transactions": "slmlab.commands.transactions:transactions_command",
     "bench": "slmlab.commands.bench:bench_command",
+    "compare": "slmlab.commands.compare:compare_command",
     "export": "slmlab.commands.export:export_command",
     "serve": "slmlab.commands.serve:serve_command",
 }

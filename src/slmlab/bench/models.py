@@ -159,12 +159,9 @@ def count_parameters(model) -> tuple[int, int]:
 
 
 @torch.no_grad()
-def state_floats(model, T: int) -> int:
-    """Numbers an inference of ``T`` tokens keeps besides the weights: the control models' formula, or
-    the filled size of a family's cache after a prefill of ``T`` tokens (``ModelCache.state_floats``;
-    PGSM prefills with a retrieval read at the last position, so its retriever's K/V count)."""
-    if hasattr(model, "state_floats"):
-        return int(model.state_floats(T))
+def prefill_cache(model, T: int):
+    """The family's ``ModelCache`` after a prefill of ``T`` tokens (batch 1; PGSM prefills with a
+    retrieval read at the last position, so its retriever's K/V count)."""
     from ..evaluate.lm import family_forward_inputs
 
     was_training = model.training
@@ -174,7 +171,20 @@ def state_floats(model, T: int) -> int:
         extra = {}
         if "retrieval_positions" in family_forward_inputs(model):  # PGSM: a read at the last position fills its K/V
             extra["retrieval_positions"] = torch.tensor([T - 1], device=device)
-        cache = model(input_ids=torch.zeros(1, T, dtype=torch.long, device=device), use_cache=True, **extra).cache
+        return model(input_ids=torch.zeros(1, T, dtype=torch.long, device=device), use_cache=True, **extra).cache
     finally:
         model.train(was_training)
-    return int(cache.state_floats())
+
+
+def state_floats(model, T: int) -> int:
+    """Numbers an inference of ``T`` tokens keeps besides the weights: the control models' formula, or
+    the filled size of a family's cache after a prefill of ``T`` tokens (``ModelCache.state_floats``)."""
+    if hasattr(model, "state_floats"):
+        return int(model.state_floats(T))
+    return int(prefill_cache(model, T).state_floats())
+
+
+def cache_nbytes(model, T: int) -> int:
+    """Bytes a family's cache holds after a prefill of ``T`` tokens (``ModelCache.nbytes``: filled
+    parts only, at the weights' dtype)."""
+    return int(prefill_cache(model, T).nbytes())

@@ -1,0 +1,277 @@
+"""The report of ``slmlab compare``, made from its result lines only (``--report-only`` rebuilds it
+byte for byte): ``summary.md`` (tables), ``fitted_configs.json`` and the PNGs.
+
+* ``bpb_vs_params.png``: validation bits per byte vs non-embedding parameters (text data);
+* ``acc_vs_cache.png``: test accuracy vs cache bytes per token, one panel per task;
+* ``val_loss_vs_tokens.png``: validation loss vs training tokens per family, one panel per data;
+* ``t7_acc_by_distance.png``: T7 test accuracy by distance group per family.
+
+A family's row uses its best learning rate (seeds' mean: lowest bits per byte on text, highest
+accuracy on a task), with the seeds' mean / min / max; a failed run is shown with its error.
+A plot whose data is absent is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from .stats import seed_summary
+
+PLOTS = ("bpb_vs_params.png", "acc_vs_cache.png", "val_loss_vs_tokens.png", "t7_acc_by_distance.png")
+
+
+def _order(lines: list[dict], field: str, setting: str) -> list[str]:
+    """Values of ``field`` in the comparison's own order (its settings), then any others sorted."""
+    listed = list(lines[-1].get("settings", {}).get(setting, [])) if lines else []
+    seen = {line[field] for line in lines}
+    return [v for v in listed if v in seen] + sorted(seen - set(listed))
+
+
+def best_rows(lines: list[dict]) -> dict[tuple[str, str], dict]:
+    """``{(data, model): row}``: the best lr's seeds summary, every lr's mean, or the failure."""
+    groups: dict[tuple[str, str], dict[float, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    failures: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for line in lines:
+        key = (line["data"], line["model"])
+        if line.get("status") == "ok":
+            groups[key][line["lr"]].append(line)
+        else:
+            failures[key].append(line)
+    rows = {}
+    for key in set(groups) | set(failures):
+        by_lr = groups.get(key)
+        if not by_lr:
+            rows[key] = {"failed": failures[key][0]["error"]}
+            continue
+        text = next(iter(by_lr.values()))[0]["kind"] == "text"
+        metric = "bits_per_byte" if text else "acc"
+        means = {lr: seed_summary([r[metric] for r in runs]) for lr, runs in by_lr.items()
+                 if all(r.get(metric) is not None for r in runs)}
+        if not means:
+            rows[key] = {"failed": f"no {metric} recorded"}
+            continue
+        pick = min if text else max
+        best_lr = pick(sorted(means), key=lambda lr: means[lr]["mean"])
+        runs = sorted(by_lr[best_lr], key=lambda r: r["seed"])
+        rows[key] = {"metric": metric, "best_lr": best_lr, "summary": means[best_lr], "runs": runs,
+                     "by_lr": {lr: means[lr]["mean"] for lr in sorted(means)},
+                     "failed_runs": len(failures.get(key, []))}
+    return rows
+
+
+def _num(value, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _config_text(fit: dict) -> str:
+    overrides = fit.get("overrides") or {}
+    skip = {"tie_word_embeddings", "vocab_size"}
+    return ", ".join(f"{k}={v}" for k, v in overrides.items() if k not in skip and not isinstance(v, list)) or "—"
+
+
+def _first(lines: list[dict], model: str) -> dict | None:
+    return next((x for x in lines if x["model"] == model and x.get("status") == "ok"), None)
+
+
+def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
+    """``summary.md``: settings, the fitted models with their memory, one table per data, and links
+    to ``plots`` (PNG file names in the same folder)."""
+    if not lines:
+        return "# slmlab compare\n\nNo runs recorded.\n"
+    settings = lines[-1].get("settings", {})
+    budget = lines[-1]["budget"]
+    models, data = _order(lines, "model", "models"), _order(lines, "data", "data")
+    rows = best_rows(lines)
+    env = next((x for x in lines if x.get("status") == "ok"), {})
+    out = [
+        f"# slmlab compare: {budget:,} non-embedding parameters",
+        "",
+        f"Every family fitted to the budget (±10%) by its scaling rule, embeddings"
+        f" {'untied' if settings.get('untied') else 'tied'}; the same data, {settings.get('steps')} steps, batch"
+        f" {settings.get('batch_size')}, lr grid {', '.join(f'{lr:g}' for lr in settings.get('lrs', []))}, seeds"
+        f" {', '.join(map(str, settings.get('seeds', [])))}; evaluations every {settings.get('eval_every')} steps."
+        f" Each row is the family's best lr (seeds' mean); seeds as mean [min, max] (n).",
+        f"Measured with torch {env.get('torch', '?')} on {settings.get('device', '?')} ({env.get('dtype', '?')}"
+        " weights).",
+        "",
+        "## Models",
+        "",
+        "| model | fitted config | non-embedding | vs budget | cache bytes / token | constant state bytes |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for model in models:
+        fit = next((x["fit"] for x in lines if x["model"] == model), {})
+        if "error" in fit:
+            out.append(f"| {model} | failed: {fit['error']} | — | — | — | — |")
+            continue
+        first = _first(lines, model) or {}
+        count = fit.get("non_embedding")
+        share = f"{count / budget - 1:+.1%}" if count else "—"
+        out.append(f"| {model} | {_config_text(fit)} | {_num(count)} | {share} |"
+                   f" {_num(first.get('cache_bytes_per_token'))} | {_num(first.get('cache_bytes_constant'))} |")
+    for spec in data:
+        kind = next(x["kind"] for x in lines if x["data"] == spec)
+        out += ["", f"## {spec}", ""]
+        if kind == "text":
+            scope = next((x.get("val_scope") for x in lines if x["data"] == spec and x.get("val_scope")), "?")
+            out += [f"Validation bits per byte at the last step ({scope}; lower is better).", "",
+                    "| model | params total / embedding | best lr | bits per byte | every lr | steps |"
+                    " train tok/s | decode tok/s | wall s |",
+                    "|---|---:|---:|---|---|---:|---:|---:|---:|"]
+        else:
+            out += ["Test accuracy at the scored positions, with the first seed's 95% bootstrap interval"
+                    " (1,000 resamples of the test examples).", "",
+                    "| model | params total / embedding | best lr | accuracy | 95% CI | exact | every lr | steps |"
+                    " train tok/s | decode tok/s | wall s |",
+                    "|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|"]
+        for model in models:
+            row = rows.get((spec, model))
+            if row is None:
+                continue
+            if "failed" in row:
+                blanks = " — |" * (7 if kind == "text" else 9)
+                out.append(f"| {model} | failed: {_cell(row['failed'])} |{blanks}")
+                continue
+            r, s = row["runs"][0], row["summary"]
+            digits = 4 if kind == "text" else 3
+            value = f"{s['mean']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}] ({s['n']})"
+            every = ", ".join(f"{lr:g}: {m:.{digits}f}" for lr, m in row["by_lr"].items())
+            if row["failed_runs"]:
+                every += f" ({row['failed_runs']} failed)"
+            params = f"{r['params_total']:,} / {r['params_embedding']:,}"
+            speed = f"{_num(r['train_tokens_per_s'])} | {_num(r['decode_tokens_per_s'])} | {_num(r['wall_s'])}"
+            if kind == "text":
+                out.append(f"| {model} | {params} | {row['best_lr']:g} | {value} | {every} | {r['steps']} | {speed} |")
+            else:
+                ci = r["ci"]["acc"]
+                exact = seed_summary([x["exact"] for x in row["runs"]])["mean"]
+                out.append(f"| {model} | {params} | {row['best_lr']:g} | {value} | [{ci[0]:.3f}, {ci[1]:.3f}] |"
+                           f" {exact:.3f} | {every} | {r['steps']} | {speed} |")
+    out += ["", "## Scaling rules", ""]
+    for model in models:
+        fit = next((x["fit"] for x in lines if x["model"] == model), {})
+        if fit.get("rule"):
+            out.append(f"- {model}: {fit['rule']}")
+    if plots:
+        out += ["", "## Plots", ""]
+        out += [f"![{name[:-4]}]({name})" for name in plots]
+    return "\n".join(out) + "\n"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def fitted_configs(lines: list[dict]) -> dict:
+    """``fitted_configs.json``: per family its fitted config, count, rule (or its fitting error)."""
+    out = {}
+    for model in _order(lines, "model", "models"):
+        out[model] = next(x["fit"] for x in lines if x["model"] == model)
+    return {"budget": lines[-1]["budget"] if lines else None, "tied": lines[-1]["tied"] if lines else None,
+            "models": out}
+
+
+def write_report(lines: list[dict], out_dir: str | Path) -> list[Path]:
+    """Write ``summary.md``, ``fitted_configs.json`` and the PNGs into ``out_dir``; returns the files."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    from ..plots import matplotlib_missing
+
+    missing = matplotlib_missing()
+    if missing:
+        print(f"slmlab compare: plots not written: {missing}")
+    plots = [] if missing else make_plots(lines, out)
+    summary, configs = out / "summary.md", out / "fitted_configs.json"
+    summary.write_text(summary_markdown(lines, [p.name for p in plots]))
+    configs.write_text(json.dumps(fitted_configs(lines), indent=2) + "\n")
+    return [summary, configs, *plots]
+
+
+def make_plots(lines: list[dict], out: Path) -> list[Path]:
+    from ..plots import pyplot
+
+    plt = pyplot()
+    rows = best_rows(lines)
+    models, data = _order(lines, "model", "models"), _order(lines, "data", "data")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {m: colours[i % len(colours)] for i, m in enumerate(models)}
+    written: list[Path] = []
+    text = [d for d in data if next(x["kind"] for x in lines if x["data"] == d) == "text"]
+    tasks = [d for d in data if d not in text]
+    ok = {k: r for k, r in rows.items() if "failed" not in r}
+    try:
+        points = [(d, m, ok[(d, m)]) for d in text for m in models if (d, m) in ok]
+        if points:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for d, m, r in points:
+                ax.scatter(r["runs"][0]["params_nonembedding"], r["summary"]["mean"], color=colour[m],
+                           marker="o" if d == text[0] else "s", label=f"{m} ({d})")
+            ax.set_xlabel("non-embedding parameters")
+            ax.set_ylabel("validation bits per byte")
+            ax.set_title("bits per byte vs non-embedding parameters")
+            ax.legend(fontsize=7)
+            _save(fig, out / PLOTS[0], written)
+        panels = [(d, [(m, ok[(d, m)]) for m in models if (d, m) in ok]) for d in tasks]
+        panels = [p for p in panels if p[1]]
+        if panels:
+            fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+            for ax, (d, found) in zip(axes[0], panels):
+                for m, r in found:
+                    ax.scatter(r["runs"][0]["cache_bytes_per_token"], r["summary"]["mean"], color=colour[m], label=m)
+                ax.set_xlabel("cache bytes per token")
+                ax.set_ylabel("test accuracy")
+                ax.set_ylim(-0.02, 1.02)
+                ax.set_title(d)
+                ax.legend(fontsize=7)
+            _save(fig, out / PLOTS[1], written)
+        panels = [(d, [(m, ok[(d, m)]) for m in models if (d, m) in ok and ok[(d, m)]["runs"][0].get("curve")])
+                  for d in data]
+        panels = [p for p in panels if p[1]]
+        if panels:
+            fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+            for ax, (d, found) in zip(axes[0], panels):
+                for m, r in found:
+                    curve = r["runs"][0]["curve"]
+                    ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", ms=3, color=colour[m], label=m)
+                ax.set_xlabel("training tokens")
+                ax.set_ylabel("validation loss (nats / token)")
+                ax.set_title(f"{d} (best lr, first seed)")
+                ax.legend(fontsize=7)
+            _save(fig, out / PLOTS[2], written)
+        t7 = [(d, m, ok[(d, m)]) for d in tasks for m in models
+              if (d, m) in ok and ok[(d, m)]["runs"][0].get("task") == "t7" and ok[(d, m)]["runs"][0].get("acc_by_group")]
+        if t7:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for d, m, r in t7:
+                groups = r["runs"][0]["acc_by_group"]
+                keys = sorted(groups, key=lambda g: float(g) if _is_number(g) else g)
+                ax.plot(range(len(keys)), [groups[k] for k in keys], marker="o", color=colour[m],
+                        label=m if len({x[0] for x in t7}) == 1 else f"{m} ({d})")
+                ax.set_xticks(range(len(keys)), keys, rotation=30, fontsize=7)
+            ax.set_xlabel("distance group")
+            ax.set_ylabel("test accuracy")
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_title("T7 accuracy by distance (best lr, first seed)")
+            ax.legend(fontsize=7)
+            _save(fig, out / PLOTS[3], written)
+    finally:
+        plt.close("all")
+    return written
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _save(fig, path: Path, written: list[Path]) -> None:
+    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.16, top=0.9, wspace=0.3)  # fixed: no layout solver
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    written.append(path)

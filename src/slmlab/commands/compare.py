@@ -1,0 +1,86 @@
+"""``slmlab compare``: families side by side at one non-embedding parameter budget."""
+
+from __future__ import annotations
+
+from ._common import command_parser
+
+
+def compare_command(argv: list[str]) -> int:
+    """Compare families at one non-embedding parameter budget: fitted configs, same data/steps/lrs/seeds, one report.
+
+    Every family is fitted to --budget (±10%) by its scaling rule, embeddings tied (--untied keeps
+    them separate), then trained as `slmlab train` trains it on every --data corpus and --tasks task
+    with the same steps, batch, lr grid and seeds. The report folder (--out) holds summary.md,
+    results.jsonl, fitted_configs.json and PNGs; a rerun with the same --out skips finished runs, and
+    --report-only DIR rebuilds the report from DIR/results.jsonl alone. Details: docs/compare.md.
+
+    example: slmlab compare --models lumen,lfm2,pgsm,nanohammer,neollm --budget 2M --data shakespeare
+             --tasks mqar:cpu,t7:cpu --steps 300 --lrs 1e-3,3e-3 --seeds 0 --out runs/compare
+    """
+    p = command_parser(compare_command, "compare")
+    p.add_argument("--models", default="lumen,lfm2,pgsm,nanohammer,neollm",
+                   help="comma-separated registered families (default: %(default)s)")
+    p.add_argument("--budget", default="2M", help="non-embedding parameters per model: 2M, 200k, 1500000 (default: 2M)")
+    p.add_argument("--data", default="", help="comma-separated text corpora (e.g. shakespeare)")
+    p.add_argument("--tasks", default="", help="comma-separated task specs (e.g. mqar:cpu,t7:cpu,n_train=512)")
+    p.add_argument("--steps", type=int, default=200, help="training steps per run (default: 200)")
+    p.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: 32)")
+    p.add_argument("--block-size", type=int, default=128, help="sequence length on text data (default: 128)")
+    p.add_argument("--lrs", default="1e-3,3e-3", help="learning-rate grid; the best is reported (default: %(default)s)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (3 for a claim; default: 0)")
+    p.add_argument("--eval-every", type=int, default=0, help="validation cadence in steps (default: 4 per run)")
+    p.add_argument("--eval-batches", type=int, default=16,
+                   help="text validation batches per evaluation, the same for every model (0: whole split; default: 16)")
+    p.add_argument("--untied", action="store_true", help="separate input table and LM head (default: tied)")
+    p.add_argument("--set", action="append", default=[], metavar="FAMILY.FIELD=VALUE",
+                   help="a config field one family keeps while fitting (e.g. pgsm.block_size=256); repeatable")
+    p.add_argument("--out", default="runs/compare", help="report folder (default: %(default)s)")
+    p.add_argument("--report-only", metavar="DIR", help="rebuild DIR's report from DIR/results.jsonl; nothing runs")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = p.parse_args(argv)
+
+    from slmlab.bench.compare import CompareSettings, parse_budget, split_numbers, split_specs
+
+    if args.report_only:
+        from pathlib import Path
+
+        from slmlab.bench.compare import read_lines
+        from slmlab.bench.compare_report import write_report
+
+        folder = Path(args.report_only)
+        written = write_report(read_lines(folder), folder)
+        print(f"slmlab compare: report rebuilt from {folder / 'results.jsonl'}: {', '.join(p.name for p in written)}")
+        return 0
+    fixed = _parse_set(args.set)
+    settings = CompareSettings(
+        models=tuple(m.strip() for m in args.models.split(",") if m.strip()), budget=parse_budget(args.budget),
+        data=tuple(split_specs(args.data) + split_specs(args.tasks)), steps=args.steps, batch_size=args.batch_size,
+        lrs=tuple(split_numbers(args.lrs, "--lrs")), seeds=tuple(split_numbers(args.seeds, "--seeds", int)),
+        block_size=args.block_size, eval_every=args.eval_every, eval_batches=args.eval_batches, untied=args.untied,
+        fixed=fixed, device=args.device,
+    ).check()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from slmlab.bench.compare import overhead_line, run_compare
+
+    result = run_compare(settings, args.out)
+    print(f"slmlab compare: report in {args.out}: {', '.join(p.name for p in result['written'])}")
+    print(overhead_line(result["timing"]))
+    return 0
+
+
+def _parse_set(items: list[str]) -> dict[str, dict]:
+    """``["pgsm.block_size=256"]`` -> ``{"pgsm": {"block_size": 256}}`` (values parsed as YAML)."""
+    import yaml
+
+    fixed: dict[str, dict] = {}
+    for item in items:
+        target, eq, value = item.partition("=")
+        family, dot, key = target.partition(".")
+        if not (eq and dot and family and key):
+            raise ValueError(f"malformed --set {item!r}; write FAMILY.FIELD=VALUE (e.g. pgsm.block_size=256)")
+        fixed.setdefault(family, {})[key] = yaml.safe_load(value)
+    return fixed
