@@ -142,9 +142,10 @@ def test_streaming_scorer_scores_each_transaction_once(bank_data):
 
 def test_hgb_baselines_and_report_end_to_end(bank, tmp_path):
     result = evaluate_models(bank, None, tmp_path, n_boot=20)
-    assert set(result["models"]) == {"hgb_raw", "hgb_rolling"}
+    assert set(result["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk"}
     for m in result["models"].values():
         assert 0 <= m["pr_auc"] <= 1 and 0 <= m["roc_auc"] <= 1
+
     assert (tmp_path / "report.md").is_file() and (tmp_path / "metrics.json").is_file()
     assert result["bootstrap"]["resamples"] > 0
 
@@ -162,7 +163,7 @@ def test_cli_end_to_end_and_fresh_process_scores_match(tmp_path, capsys):
     assert main(["transactions", "evaluate", *common, "--model", str(tmp_path / "ft"), "--out",
                  str(tmp_path / "rep"), "--bootstrap", "10"]) == 0
     metrics = json.loads((tmp_path / "rep" / "metrics.json").read_text())
-    assert set(metrics["models"]) == {"hgb_raw", "hgb_rolling", "sequence"}
+    assert set(metrics["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "sequence"}
     assert main(["transactions", "score", *common, "--model", str(tmp_path / "ft"), "--out",
                  str(tmp_path / "a.csv")]) == 0
     code = ("import sys; from slmlab.cli import main;"
@@ -189,3 +190,47 @@ def test_split_cuts_labels_delay_and_customer_disjoint(bank_data):
     y = bank.labels(cuts["train_end"])
     late = (bank.df["is_fraud"] == 1) & (bank.df["label_available_at"] > cuts["train_end"])
     assert (y[late.to_numpy()] == -1).all() and (y[(bank.df["is_fraud"] == 0).to_numpy()] == 0).all()
+
+
+def _risk_reference(df, delay, w):
+    """Merchant risk by brute force: one loop over rows."""
+    secs = (df.timestamp - df.timestamp.min()).dt.total_seconds().to_numpy()
+    avail = (df.label_available_at - df.timestamp.min()).dt.total_seconds().to_numpy()
+    out = []
+    for i in range(len(df)):
+        q = secs[i] - delay
+        same = (df.merchant_id.to_numpy() == df.merchant_id.iloc[i]) & (secs >= q - w) & (secs < q)
+        fraud = same & (df.is_fraud.to_numpy() == 1) & (np.nan_to_num(avail, nan=np.inf) <= q)
+        out.append((same.sum(), fraud.sum()))
+    return np.array(out, float)
+
+
+def test_merchant_risk_uses_only_labels_known_a_delay_before():
+    from slmlab.transactions.baseline import merchant_risk
+
+    rng = np.random.default_rng(0)
+    n = 300
+    t0 = pd.Timestamp("2024-01-01", tz="UTC")
+    ts = t0 + pd.to_timedelta(np.sort(rng.uniform(0, 60 * 86400, n)), unit="s")
+    fraud = rng.random(n) < 0.2
+    df = pd.DataFrame({"timestamp": ts, "merchant_id": rng.choice(["m1", "m2", "m3"], n), "is_fraud": fraud.astype(int),
+                       "label_available_at": ts + pd.to_timedelta(np.where(fraud, rng.uniform(0, 20, n), np.nan), unit="D")})
+    df = df.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    feats = merchant_risk(df, delay_s=7 * 86400, windows_s={"7d": 7 * 86400, "30d": 30 * 86400})
+    for name, w in (("7d", 7 * 86400), ("30d", 30 * 86400)):
+        ref = _risk_reference(df, 7 * 86400, w)
+        np.testing.assert_array_equal(feats[f"merchant_txns_{name}"], ref[:, 0])
+        np.testing.assert_array_equal(feats[f"merchant_frauds_{name}"], ref[:, 1])
+        rate = np.where(ref[:, 0] > 0, ref[:, 1] / np.maximum(ref[:, 0], 1), np.nan)
+        np.testing.assert_allclose(feats[f"merchant_fraud_rate_{name}"], rate)
+    assert feats["merchant_frauds_30d"].max() > 0
+    # leak-free: relabelling everything after day 40, or delaying every label past the end, changes no
+    # feature of a transaction before day 47 / no fraud count at all
+    late = df.timestamp >= t0 + pd.Timedelta(days=40)
+    other = df.assign(is_fraud=np.where(late, 1 - df.is_fraud, df.is_fraud),
+                      label_available_at=df.label_available_at.where(~late, df.timestamp))
+    early = (df.timestamp < t0 + pd.Timedelta(days=47)).to_numpy()
+    again = merchant_risk(other, delay_s=7 * 86400, windows_s={"30d": 30 * 86400})
+    np.testing.assert_array_equal(again["merchant_frauds_30d"][early], feats["merchant_frauds_30d"][early])
+    never = merchant_risk(df.assign(label_available_at=t0 + pd.Timedelta(days=999)), windows_s={"30d": 30 * 86400})
+    assert np.nansum(never["merchant_frauds_30d"]) == 0

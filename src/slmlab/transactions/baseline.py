@@ -3,7 +3,9 @@ rolling features, every feature computed from strictly earlier transactions of t
 
 Rolling windows are computed exactly with one ``searchsorted`` over ``(customer, time)`` keys and
 prefix sums (no Python loop over rows): for row ``i`` the window ``[t_i - w, t_i)`` of its customer
-holds rows ``lo..i-1``. Early stopping picks the number of boosting iterations by validation PR-AUC
+holds rows ``lo..i-1``. Merchant risk (after the Fraud Detection Handbook of Le Borgne et al.) is the
+merchant's fraud count and fraud rate over 1 / 7 / 30 days, ending ``delay`` (7) days before the
+transaction and counting only frauds whose label was available by then. Early stopping picks the number of boosting iterations by validation PR-AUC
 (``staged_predict_proba``), so validation rows never enter the fit.
 """
 
@@ -14,6 +16,8 @@ import numpy as np
 from ._deps import pd
 
 WINDOWS_S = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
+RISK_WINDOWS_S = {"1d": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
+RISK_DELAY_S = 7 * 86400
 RAW_CATEGORICAL = ("entry_mode", "auth_method", "txn_type", "merchant_country", "currency", "mcc")
 HGB_PARAMS = dict(learning_rate=0.05, max_iter=500, max_leaf_nodes=31, min_samples_leaf=50, l2_regularization=1.0,
                   random_state=0, early_stopping=False)
@@ -31,8 +35,53 @@ def _window_stats(key_cust: np.ndarray, secs: np.ndarray, values: list[np.ndarra
     return out
 
 
+def merchant_risk(df: pd.DataFrame, delay_s: float = RISK_DELAY_S,
+                  windows_s: dict[str, float] = RISK_WINDOWS_S) -> dict[str, np.ndarray]:
+    """Leak-free merchant risk per row: for a transaction at ``t`` with merchant ``m`` and each window
+    ``w``, the number of transactions of ``m`` (all customers) in ``[t - delay - w, t - delay)``, the
+    number of those that are frauds whose label was available by ``t - delay`` (``label_available_at``;
+    the fraud's own timestamp when the column is absent), and their ratio (NaN without transactions).
+
+    A fraud at ``s`` with label time ``a`` counts for the queries of its merchant with
+    ``s < t - delay <= s + w`` and ``a <= t - delay``, so each fraud adds 1 over one contiguous range of the merchant's
+    time-sorted rows (a difference array; no loop over rows). Rows without a merchant get NaN.
+    """
+    n = len(df)
+    secs = (df["timestamp"] - df["timestamp"].min()).dt.total_seconds().to_numpy()
+    known = df["merchant_id"].notna().to_numpy() if "merchant_id" in df else np.zeros(n, bool)
+    merch = pd.factorize(df["merchant_id"].astype(str))[0].astype(np.float64) if "merchant_id" in df else np.zeros(n)
+    order = np.lexsort((secs, merch))
+    key = merch[order] * 1e10 + secs[order]
+    y = df["is_fraud"].fillna(0).to_numpy().astype(bool) if "is_fraud" in df else np.zeros(n, bool)
+    if "label_available_at" in df:
+        avail = (df["label_available_at"] - df["timestamp"].min()).dt.total_seconds().to_numpy()
+        avail = np.where(np.isnan(avail), secs, np.maximum(avail, secs))
+    else:
+        avail = secs
+    fraud = np.flatnonzero(y & known)
+    base = merch[fraud] * 1e10
+    # the fraud at s enters the window [q - w, q) of query q = t - delay once q > s and q >= a
+    first = np.where(avail[fraud] > secs[fraud], np.searchsorted(key, base + avail[fraud] + delay_s, side="left"),
+                     np.searchsorted(key, base + secs[fraud] + delay_s, side="right"))
+    q = key - delay_s
+    out: dict[str, np.ndarray] = {}
+    for name, w in windows_s.items():
+        count = (np.searchsorted(key, q, side="left") - np.searchsorted(key, q - w, side="left")).astype(np.float64)
+        last = np.searchsorted(key, base + secs[fraud] + w + delay_s, side="right")  # ... and while q - w <= s
+        ok = last > first
+        diff = np.zeros(n + 1)
+        np.add.at(diff, first[ok], 1.0)
+        np.add.at(diff, last[ok], -1.0)
+        c, f = np.empty(n), np.empty(n)
+        c[order], f[order] = count, np.cumsum(diff)[:n]
+        out[f"merchant_txns_{name}"] = np.where(known, c, np.nan)
+        out[f"merchant_frauds_{name}"] = np.where(known, f, np.nan)
+        out[f"merchant_fraud_rate_{name}"] = np.where(known & (c > 0), f / np.maximum(c, 1), np.nan)
+    return out
+
+
 def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, rolling: bool = True,
-                   freq_rows: np.ndarray | None = None) -> pd.DataFrame:
+                   freq_rows: np.ndarray | None = None, risk: bool = False) -> pd.DataFrame:
     """Feature table for every row of ``df`` (sorted by customer and time, as ``Bank.df``).
 
     Args:
@@ -40,6 +89,7 @@ def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, ro
         distance_home: km from home per row (NaN when card-not-present).
         rolling: add velocity, declines, deviation, novelty and travel-speed features (else B0).
         freq_rows: rows whose merchant/device frequencies define the frequency encoding (train rows).
+        risk: add the merchant-risk features of :func:`merchant_risk` (labels with a 7-day delay).
     """
     n = len(df)
     ts = df["timestamp"]
@@ -99,6 +149,8 @@ def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, ro
             km = _haversine_km(lat, lon, prev_lat.to_numpy(), prev_lon.to_numpy())
             hours = np.maximum((secs - prev_t.to_numpy()) / 3600, 1 / 60)
             feats["card_present_speed_kmh"] = np.where(present, km / hours, np.nan)
+    if risk:
+        feats.update(merchant_risk(df))
     return pd.DataFrame(feats)
 
 

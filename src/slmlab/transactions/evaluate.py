@@ -92,15 +92,19 @@ def _ci(values) -> list[float]:
     return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) else [float("nan")] * 2
 
 
-def hgb_scores(bank: Bank, rolling: bool) -> tuple[np.ndarray, dict]:
-    """Scores of HGB (B0 raw fields, or with rolling features) for every row; fit on train rows with
-    labels known by the end of train, iteration count chosen on validation."""
+HGB_VARIANTS = {"hgb_raw": {"rolling": False}, "hgb_rolling": {"rolling": True},
+                "hgb_rolling_risk": {"rolling": True, "risk": True}}
+
+
+def hgb_scores(bank: Bank, rolling: bool, risk: bool = False) -> tuple[np.ndarray, dict]:
+    """Scores of HGB (B0 raw fields, with rolling features, and with merchant risk as well) for every
+    row; fit on train rows with labels known by the end of train, iteration count chosen on validation."""
     t0 = time.perf_counter()
     df = bank.df
     train = bank.period_mask(None, bank.cuts["train_end"])
     if bank.holdout:
         train &= ~df["customer_id"].isin(bank.holdout).to_numpy()
-    X = build_features(df, derive_distance(bank), rolling=rolling, freq_rows=train)
+    X = build_features(df, derive_distance(bank), rolling=rolling, freq_rows=train, risk=risk)
     t_feat = time.perf_counter() - t0
     y_tr = bank.labels(bank.cuts["train_end"])
     y_va = bank.labels(bank.cuts["test_start"])
@@ -124,8 +128,8 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         test &= df["customer_id"].isin(bank.holdout).to_numpy()
     timings, info = {}, {}
     all_scores: dict[str, np.ndarray] = {}
-    for name, rolling in (("hgb_raw", False), ("hgb_rolling", True)):
-        all_scores[name], info[name] = hgb_scores(bank, rolling)
+    for name, kw in HGB_VARIANTS.items():
+        all_scores[name], info[name] = hgb_scores(bank, **kw)
         timings[name] = info[name]["total_seconds"]
     if fraud_model is not None:
         t0 = time.perf_counter()
@@ -148,7 +152,7 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         m["per_pattern_recall"] = {p: float(alert[(ftype[test] == p)].mean()) for p in np.unique(ftype[test][y == 1])}
         result["models"][name] = m
     pairs = [("sequence", "hgb_rolling"), ("sequence", "hgb_raw")] if fraud_model is not None else []
-    pairs.append(("hgb_rolling", "hgb_raw"))
+    pairs += [("hgb_rolling", "hgb_raw"), ("hgb_rolling_risk", "hgb_rolling")]
     result["bootstrap"] = bootstrap(y, {k: v[test] for k, v in all_scores.items()}, df["customer_id"].to_numpy()[test],
                                     n_boot, pairs=pairs)
     result["hgb"] = {k: {kk: vv for kk, vv in v.items() if kk != "features"} for k, v in info.items()}
