@@ -145,7 +145,10 @@ def test_hgb_baselines_and_report_end_to_end(bank, tmp_path):
     assert set(result["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk"}
     for m in result["models"].values():
         assert 0 <= m["pr_auc"] <= 1 and 0 <= m["roc_auc"] <= 1
-
+        assert 0 <= m["amount_weighted_recall"] <= 1
+        for d in m["detection_delay"].values():
+            assert d["cases"] > 0 and 0 <= d["detected"] <= 1 and d["passed_mean_all"] >= 0
+    assert "Detection delay" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "report.md").is_file() and (tmp_path / "metrics.json").is_file()
     assert result["bootstrap"]["resamples"] > 0
 
@@ -190,6 +193,21 @@ def test_split_cuts_labels_delay_and_customer_disjoint(bank_data):
     y = bank.labels(cuts["train_end"])
     late = (bank.df["is_fraud"] == 1) & (bank.df["label_available_at"] > cuts["train_end"])
     assert (y[late.to_numpy()] == -1).all() and (y[(bank.df["is_fraud"] == 0).to_numpy()] == 0).all()
+
+
+def test_amount_weighted_recall_and_detection_delay_by_hand():
+    from slmlab.transactions.evaluate import amount_weighted_recall, detection_delay
+
+    y = np.array([1, 1, 0, 1])
+    assert amount_weighted_recall(y, np.array([1, 0, 1, 0]), np.array([100.0, -50.0, 7.0, 50.0])) == 0.5
+    # case a: alerts at its 3rd transaction (given out of time order); case b: never; case c: at its 1st
+    case = np.array(["a", "a", "a", "b", "b", "c", "a"])
+    pattern = np.array(["ato", "ato", "ato", "ato", "ato", "lost", "ato"])
+    when = np.array([3, 1, 2, 1, 2, 5, 4])
+    alert = np.array([True, False, False, False, False, True, True])
+    d = detection_delay(case, pattern, when, alert)
+    assert d["ato"] == {"cases": 2, "detected": 0.5, "passed_median": 2.0, "passed_mean": 2.0, "passed_mean_all": 2.0}
+    assert d["lost"]["passed_mean"] == 0.0 and d["lost"]["detected"] == 1.0
 
 
 def _risk_reference(df, delay, w):
