@@ -36,7 +36,12 @@ class AttentionBias:
 
 
 def has_padding(attention_mask: torch.Tensor | None) -> bool:
-    return attention_mask is not None and not bool(attention_mask.all())
+    """Whether ``attention_mask`` hides any position. A captured graph (torch.export, ONNX,
+    torch.compile) cannot branch on the mask's values: it always takes the padded path, which is
+    exact for an all-ones mask too."""
+    if attention_mask is None:
+        return False
+    return torch.compiler.is_compiling() or not bool(attention_mask.all())
 
 
 def position_ids_from_mask(
