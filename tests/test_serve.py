@@ -246,3 +246,17 @@ def test_max_batch_1_serves_one_request_at_a_time(checkpoint):
     assert events[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == one["choices"][0]["text"]
     assert len(one["choices"][0]["text"]) == 12
+
+
+def test_text_stream_holds_back_partial_characters_and_stop_prefixes():
+    from slmlab.data.tokenizers import byte_tokenizer
+    from slmlab.serve.text import TextStream
+
+    tokenizer = byte_tokenizer()
+    stream = TextStream(tokenizer, ["ab"])
+    deltas = [stream.push(t) for t in b"xa" + "é".encode() + b"ab"]
+    # "a" waits (it may start "ab"), the first byte of "é" waits for the second; "ab" stops the text
+    assert deltas == ["x", "", "", "aé", "", ""] and stream.stopped and stream.text == "xaé"
+    assert "".join(deltas) + stream.flush() == stream.text
+    open_end = TextStream(tokenizer, ["ab"])
+    assert [open_end.push(t) for t in b"za"] == ["z", ""] and open_end.flush() == "a"  # the end releases the tail
