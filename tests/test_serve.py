@@ -260,3 +260,16 @@ def test_text_stream_holds_back_partial_characters_and_stop_prefixes():
     assert "".join(deltas) + stream.flush() == stream.text
     open_end = TextStream(tokenizer, ["ab"])
     assert [open_end.push(t) for t in b"za"] == ["z", ""] and open_end.flush() == "a"  # the end releases the tail
+
+
+def test_cli_refuses_a_missing_run_and_a_port_in_use(tmp_path, checkpoint, capsys):
+    import socket
+
+    assert main(["serve", str(tmp_path / "nowhere"), "--port", "0"]) == 2
+    assert "no run or checkpoint" in capsys.readouterr().err
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", str(checkpoint), "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -40,6 +40,7 @@ def serve_command(argv: list[str]) -> int:
         raise ValueError(f"--threads must be >= 0, got {args.threads}; pass 0 for torch's default")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    check_address(args.host, args.port)
     try:
         import fastapi  # noqa: F401
         import uvicorn
@@ -59,3 +60,18 @@ def serve_command(argv: list[str]) -> int:
           file=sys.stderr, flush=True)
     uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
+
+
+def check_address(host: str, port: int) -> None:
+    """Refuse an address that cannot be bound before the model is loaded (a port in use, a host that
+    is not this machine's)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(infos[0][4])
+    except OSError as err:
+        raise ValueError(f"cannot listen on {host}:{port} ({err.strerror or err}); pick another --port, or stop the"
+                         " program using it") from None
