@@ -27,9 +27,9 @@ TINY = {
                        bos_token_id=None, eos_token_id=None),
     "neollm": None,  # the neollm-tiny preset: Spelling Bee, IHA, REPO-GRAPE, momentum, XSA, Hadamard output
 }
-# Families whose exported graph takes any batch size and sequence length (the others specialise the
-# sequence length: NanoHammer's state tokens and NeoLLM's blocked paths guard on it).
-DYNAMIC = ("lumen", "lfm2", "pgsm")
+# Families whose exported graph takes any batch size and any sequence length from this minimum up
+# (NanoHammer takes lengths 1-2 down another path; NeoLLM's blocked paths specialise the length).
+DYNAMIC = {"lumen": 0, "lfm2": 0, "pgsm": 0, "nanohammer": 3}
 
 
 def build(family: str, seed: int = 0) -> torch.nn.Module:
@@ -59,8 +59,8 @@ class Logits(torch.nn.Module):
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
-def sequence_dims(model: torch.nn.Module) -> dict:
-    return {0: Dim("batch", max=64), 1: Dim("seq", max=model.max_positions())}
+def sequence_dims(model: torch.nn.Module, min_length: int = 0) -> dict:
+    return {0: Dim("batch", max=64), 1: Dim("seq", min=min_length, max=model.max_positions())}
 
 
 @pytest.mark.parametrize("family", sorted(TINY))
@@ -68,7 +68,7 @@ def test_export_equals_eager(family):
     model = build(family)  # exported before any eager call: no cache of the model is warm yet
     ids = ids_for(model, 2, 12)
     dynamic = family in DYNAMIC
-    shapes = {"input_ids": sequence_dims(model), "use_cache": None} if dynamic else None
+    shapes = {"input_ids": sequence_dims(model, DYNAMIC[family]), "use_cache": None} if dynamic else None
     program = torch.export.export(model, (), {"input_ids": ids, "use_cache": False}, dynamic_shapes=shapes)
     captured = program.module()
     for x in [ids, ids_for(model, 3, 20, seed=2)] if dynamic else [ids]:
@@ -86,7 +86,8 @@ def test_export_with_padding_mask_equals_eager(family):
     mask = torch.ones_like(ids)
     mask[1, :4] = 0
     dynamic = family in DYNAMIC
-    shapes = {"input_ids": sequence_dims(model), "attention_mask": sequence_dims(model), "use_cache": None}
+    dims = sequence_dims(model, DYNAMIC.get(family, 0))
+    shapes = {"input_ids": dims, "attention_mask": dims, "use_cache": None}
     program = torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask, "use_cache": False},
                                   dynamic_shapes=shapes if dynamic else None)
     for m in (mask, torch.ones_like(ids)):
