@@ -162,7 +162,10 @@ def test_cli_end_to_end_and_fresh_process_scores_match(tmp_path, capsys):
     steps = ["max_steps=2", "batch_size=8", "progress=false"]
     assert main(["transactions", "pretrain", *common, "--out", str(tmp_path / "pre"), *steps]) == 0
     assert main(["transactions", "finetune", *common, "--encoder", str(tmp_path / "pre"), "--out",
-                 str(tmp_path / "ft"), *steps]) == 0
+                 str(tmp_path / "ft"), "--fraud-share", "0.3", "--loss", "focal", *steps, "keep_best=true",
+                 "eval_every=1"]) == 0
+    saved = json.loads((tmp_path / "ft" / "checkpoints" / "step_000002" / "config.json").read_text())
+    assert saved["fraud_loss"] == "focal" and saved["focal_gamma"] == 2.0
     assert main(["transactions", "evaluate", *common, "--model", str(tmp_path / "ft"), "--out",
                  str(tmp_path / "rep"), "--bootstrap", "10"]) == 0
     metrics = json.loads((tmp_path / "rep" / "metrics.json").read_text())
@@ -252,3 +255,25 @@ def test_merchant_risk_uses_only_labels_known_a_delay_before():
     np.testing.assert_array_equal(again["merchant_frauds_30d"][early], feats["merchant_frauds_30d"][early])
     never = merchant_risk(df.assign(label_available_at=t0 + pd.Timedelta(days=999)), windows_s={"30d": 30 * 86400})
     assert np.nansum(never["merchant_frauds_30d"]) == 0
+
+
+def test_balance_windows_keeps_negatives_and_repeats_fraud_windows():
+    from slmlab.transactions.training import balance_windows
+    from slmlab.transactions.windows import Windows
+
+    n, T = 200, 4
+    labels = np.zeros((n, T), np.int8)
+    labels[[3, 50, 120], 2] = 1
+    w = Windows(np.arange(n)[:, None, None].repeat(T, 1).repeat(15, 2), np.ones((n, T), bool), labels,
+                np.arange(n * T).reshape(n, T), np.zeros(n, np.int64))
+    same = balance_windows(w)
+    assert len(same) == n and (same.ids == w.ids).all()
+    out = balance_windows(w, fraud_share=0.5)
+    fraud = (out.labels == 1).any(1)
+    assert fraud.sum() == 3 * 66 and (~fraud).sum() == 197  # round(0.5 / 0.5 * 197 / 3) = 66 copies each
+    assert set(out.ids[fraud][:, 0, 0]) == {3, 50, 120} and (out.rows[:, 0] == out.ids[:, 0, 0] * T).all()
+    fewer = balance_windows(w, keep_negative=0.25, fraud_share=0.2, seed=1)
+    neg = (~(fewer.labels == 1).any(1)).sum()
+    assert 20 < neg < 80 and ((fewer.labels == 1).any(1)).sum() == 3 * round(0.25 * neg / 3)
+    with pytest.raises(ValueError, match="fraud_share"):
+        balance_windows(w, fraud_share=1.0)

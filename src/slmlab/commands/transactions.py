@@ -49,6 +49,8 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--encoder", default=None, help="pretrained run folder (default: from scratch)")
             p.add_argument("--linear-probe", action="store_true", help="freeze embedding and backbone")
             p.add_argument("--keep-negative", type=float, default=1.0, help="share of fraud-free windows kept")
+            p.add_argument("--fraud-share", type=float, default=0.0,
+                           help="repeat fraud windows to about this share of training windows (e.g. 0.5)")
             p.add_argument("--loss", default="bce", choices=("bce", "focal"), help="fraud loss (default bce)")
             p.add_argument("--focal-gamma", type=float, default=2.0, help="focusing exponent of --loss focal")
         if name in ("evaluate", "score"):
@@ -138,9 +140,13 @@ def _finetune(args) -> int:
     schema = encoder.config.fitted_schema if encoder is not None else preset_schema(args.preset)
     bank = _load_bank(args, schema)
     trainer = finetune(bank, args.out, encoder, args.preset, [f"device={args.device}", *overrides], args.linear_probe,
-                       args.keep_negative, files=files, loss=args.loss, focal_gamma=args.focal_gamma)
+                       args.keep_negative, files=files, loss=args.loss, focal_gamma=args.focal_gamma,
+                       fraud_share=args.fraud_share)
     ev = trainer.state.last_eval
     print(f"fine-tuned {trainer.state.step} steps; validation PR-AUC {ev.get('pr_auc', float('nan')):.4f} -> {args.out}")
+    if trainer.state.best_step >= 0:
+        print(f"best validation PR-AUC {trainer.state.best_acc:.4f} at step {trainer.state.best_step}"
+              f" -> {Path(args.out, 'checkpoints', 'best')}")
     return 0
 
 

@@ -15,6 +15,7 @@ from ..train.trainer import Trainer
 from .data import Bank, TransactionWindows, pretrain_report, unigram_counts
 from .fraud import TransactionFraudModel, pos_weight_from_counts
 from .model import TransactionEncoder, TxnEncoderConfig
+from .windows import Windows
 
 PRETRAIN_DEFAULTS = {"batch_size": 32, "max_steps": 200, "eval_every": 0, "checkpoint_every": 0, "log_every": 10,
                      "tensorboard": False, "optim": {"lr": 1e-3, "weight_decay": 0.1}, "schedule": {"warmup": 0.1}}
@@ -53,7 +54,9 @@ def pretrain(bank: Bank, preset: str, out_dir: str | Path, overrides: list[str] 
 
 
 def fraud_eval(model, windows, batch_size: int = 64) -> dict:
-    """Validation BCE and PR-AUC of the fraud model on ``windows`` (known labels only)."""
+    """Validation loss and PR-AUC of the fraud model on ``windows`` (known labels only); ``acc``
+    repeats the PR-AUC, which is what the harness's ``keep_best`` selects on (``keep_best=true``
+    saves the weights with the best validation PR-AUC as ``checkpoints/best``)."""
     from sklearn.metrics import average_precision_score
 
     device = next(model.parameters()).device
@@ -75,15 +78,41 @@ def fraud_eval(model, windows, batch_size: int = 64) -> dict:
             ps.append(out.logits[valid].float().cpu().numpy())
     model.train(was)
     y, p = np.concatenate(ys), np.concatenate(ps)
-    return {"loss": losses / max(n, 1), "pr_auc": float(average_precision_score(y, p)) if y.sum() else math.nan}
+    pr_auc = float(average_precision_score(y, p)) if y.sum() else math.nan
+    return {"loss": losses / max(n, 1), "pr_auc": pr_auc, "acc": pr_auc}
+
+
+def balance_windows(windows: Windows, keep_negative: float = 1.0, fraud_share: float = 0.0, seed: int = 0) -> Windows:
+    """Training windows rebalanced for the fraud head.
+
+    ``keep_negative`` < 1 keeps that share of the windows without a fraud label; ``fraud_share`` > 0
+    then repeats every window holding a fraud label a whole number of times, so that such windows
+    make up about that share of the result (fraud windows are a fraction of a percent of the data,
+    so without it a batch of 32 holds about one). Ranking metrics are unaffected by either;
+    calibrated probabilities would need weights, which are not applied.
+    """
+    if not 0 < keep_negative <= 1:
+        raise ValueError(f"keep_negative must be in (0, 1], got {keep_negative!r}")
+    if not 0 <= fraud_share < 1:
+        raise ValueError(f"fraud_share must be in [0, 1), got {fraud_share!r}")
+    has_fraud = (windows.labels == 1).any(1)
+    keep = np.ones(len(windows), bool)
+    if keep_negative < 1.0:
+        keep = has_fraud | (np.random.default_rng(seed).random(len(windows)) < keep_negative)
+    idx = np.flatnonzero(keep)
+    pos, neg = idx[has_fraud[idx]], idx[~has_fraud[idx]]
+    if fraud_share > 0 and len(pos):
+        repeat = max(1, round(fraud_share / (1 - fraud_share) * len(neg) / len(pos)))
+        idx = np.sort(np.r_[neg, np.repeat(pos, repeat)])
+    return Windows(*(getattr(windows, f)[idx] for f in ("ids", "txn_mask", "labels", "rows", "score_from")))
 
 
 def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None = None, preset: str = "lfm2_tiny",
              overrides: list[str] = (), linear_probe: bool = False, keep_negative: float = 1.0, seed: int = 0,
-             files: list[str] = (), loss: str = "bce", focal_gamma: float = 2.0) -> Trainer:
+             files: list[str] = (), loss: str = "bce", focal_gamma: float = 2.0, fraud_share: float = 0.0) -> Trainer:
     """Fine-tune a fraud model (from ``encoder``, else from scratch) on training windows with labels
-    known by the end of train; ``keep_negative`` < 1 keeps that share of windows without fraud;
-    ``loss`` is ``bce`` or ``focal`` (with ``focal_gamma``)."""
+    known by the end of train, rebalanced by :func:`balance_windows` (``keep_negative``,
+    ``fraud_share``); ``loss`` is ``bce`` or ``focal`` (with ``focal_gamma``)."""
     cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files)
     torch.manual_seed(cfg.seed)
     y_train = bank.labels(bank.cuts["train_end"])
@@ -100,10 +129,7 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
         model = TransactionFraudModel.from_encoder(encoder, **extra)
     T = model.config.max_transactions
     train_w = bank.windows(T, T // 2, "train", labels=y_train)
-    if keep_negative < 1.0:
-        has_fraud = (train_w.labels == 1).any(1)
-        keep = has_fraud | (np.random.default_rng(seed).random(len(train_w)) < keep_negative)
-        train_w = type(train_w)(*(getattr(train_w, f)[keep] for f in ("ids", "txn_mask", "labels", "rows", "score_from")))
+    train_w = balance_windows(train_w, keep_negative, fraud_share, seed)
     windows = {"train": train_w, "validation": bank.windows(T, T // 2, "validation", labels=y_val)}
     source = TransactionWindows(windows, "fraud")
     bs = cfg.eval_batch_size or cfg.batch_size
