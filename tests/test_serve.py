@@ -273,3 +273,27 @@ def test_cli_refuses_a_missing_run_and_a_port_in_use(tmp_path, checkpoint, capsy
         port = busy.getsockname()[1]
         assert main(["serve", str(checkpoint), "--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_a_failing_decoding_step_fails_its_rows_and_the_server_goes_on(checkpoint, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from slmlab.serve.batch import DecodeBatch
+    from slmlab.serve.server import build_server
+
+    real_step, calls = DecodeBatch.step, []
+
+    def flaky(self):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure")
+        return real_step(self)
+
+    server = build_server(checkpoint, max_batch=4)  # its start-up probe runs the real step
+    monkeypatch.setattr(DecodeBatch, "step", flaky)
+    with TestClient(server.app) as http:
+        failed = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": 0})
+        assert failed.status_code == 500 and "injected failure" in failed.json()["error"]["message"]
+        ok = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": 0})
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 5
+        assert http.get("/health").json()["failed"] == 1

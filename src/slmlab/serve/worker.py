@@ -81,6 +81,16 @@ class Job:
         self.cancelled = True
 
 
+@dataclass
+class _Rows:
+    """The batched worker's state: the decoding batch, its jobs (one per row, in order), and a group
+    of prefilled jobs whose cache could not join (they start the next batch)."""
+
+    batch: DecodeBatch
+    jobs: list[Job] = field(default_factory=list)
+    held: tuple | None = None
+
+
 class _Stop(Exception):
     """Ends :func:`generate` early from its callback (stop string, or the client went away)."""
 
@@ -294,67 +304,78 @@ class Worker:
         return groups
 
     def _run_batched(self) -> None:
-        batch, jobs = DecodeBatch(self.model), []
-        held = None  # (jobs, prefilled, tokens) whose cache cannot join the current rows
+        rows = _Rows(DecodeBatch(self.model))
         while not self._stopping:
-            if held is not None and not jobs:  # they start the next batch once the current rows are done
-                group, prefilled, tokens = held
-                held = None
-                batch.join(prefilled, tokens)
-                jobs.extend(group)
-            admitted = self._admit(self.max_batch - len(jobs), block=not jobs) if held is None else []
-            for group in self._prefill_groups(admitted):
-                if held is not None:  # an earlier group could not join: the rest waits for the drain too
-                    with self.cond:
-                        self.waiting.extendleft(reversed(group))
-                    continue
-                for job in group:
-                    self._prepare(job)
-                try:
-                    prefilled: Prefilled = batch.prefill([job.prompt_ids for job in group])
-                    first = self._sample(prefilled.logits, group)
-                except Exception as err:
-                    for job in group:
-                        self._fail(job, err)
-                    self._flush()
-                    continue
-                for job, token in zip(group, first):
-                    self._token(job, token)
-                self._flush()  # first tokens out before anything else runs
-                tokens = torch.tensor(first, device=self.device)
-                try:
-                    batch.join(prefilled, tokens)
-                    jobs.extend(group)
-                except CannotBatch as err:
-                    logger.info("%d requests wait for the running batch to finish: %s", len(group), err)
-                    held = (group, prefilled, tokens)
-            keep = []
-            for i, job in enumerate(jobs):
-                if job.cancelled and not job.finished:
-                    self._drop_cancelled(job)
-                if not job.finished:
-                    keep.append(i)
-            if len(keep) != len(jobs):
-                batch.keep(keep)
-                jobs = [jobs[i] for i in keep]
-            with self.cond:
-                self.running = len(jobs)
-                self.counts["peak_running"] = max(self.counts["peak_running"], len(jobs))
-            if not jobs:
-                continue
             try:
-                logits = batch.step()
-                tokens = self._sample(logits, jobs)
+                self._batched_iteration(rows)
+            except Exception as err:  # a bug, not a bad request: fail the rows it hit, keep serving
+                logger.exception("a decoding step failed")
+                for job in rows.jobs + (rows.held[0] if rows.held else []):
+                    if not job.finished:
+                        self._fail(job, err)
+                self._flush()
+                rows = _Rows(DecodeBatch(self.model))
+
+    def _batched_iteration(self, rows: _Rows) -> None:
+        """Admit and prefill waiting requests, drop finished rows, decode one step."""
+        if rows.held is not None and not rows.jobs:  # they start the next batch once the current rows are done
+            group, prefilled, tokens = rows.held
+            rows.held = None
+            rows.batch.join(prefilled, tokens)
+            rows.jobs.extend(group)
+        admitted = self._admit(self.max_batch - len(rows.jobs), block=not rows.jobs) if rows.held is None else []
+        for group in self._prefill_groups(admitted):
+            if rows.held is not None:  # an earlier group could not join: the rest waits for the drain too
+                with self.cond:
+                    self.waiting.extendleft(reversed(group))
+                continue
+            for job in group:
+                self._prepare(job)
+            try:
+                prefilled: Prefilled = rows.batch.prefill([job.prompt_ids for job in group])
+                first = self._sample(prefilled.logits, group)
             except Exception as err:
-                for job in jobs:
+                for job in group:
                     self._fail(job, err)
                 self._flush()
-                batch, jobs = DecodeBatch(self.model), []
                 continue
-            batch.last = torch.tensor(tokens, device=self.device)
-            for job, token in zip(jobs, tokens):
+            for job, token in zip(group, first):
                 self._token(job, token)
+            self._flush()  # first tokens out before anything else runs
+            tokens = torch.tensor(first, device=self.device)
+            try:
+                rows.batch.join(prefilled, tokens)
+                rows.jobs.extend(group)
+            except CannotBatch as err:
+                logger.info("%d requests wait for the running batch to finish: %s", len(group), err)
+                rows.held = (group, prefilled, tokens)
+        keep = []
+        for i, job in enumerate(rows.jobs):
+            if job.cancelled and not job.finished:
+                self._drop_cancelled(job)
+            if not job.finished:
+                keep.append(i)
+        if len(keep) != len(rows.jobs):
+            rows.batch.keep(keep)
+            rows.jobs = [rows.jobs[i] for i in keep]
+        with self.cond:
+            self.running = len(rows.jobs)
+            self.counts["peak_running"] = max(self.counts["peak_running"], len(rows.jobs))
+        if not rows.jobs:
+            return
+        try:
+            logits = rows.batch.step()
+            tokens = self._sample(logits, rows.jobs)
+        except Exception as err:
+            for job in rows.jobs:
+                self._fail(job, err)
             self._flush()
+            rows.batch, rows.jobs = DecodeBatch(self.model), []
+            return
+        rows.batch.last = torch.tensor(tokens, device=self.device)
+        for job, token in zip(rows.jobs, tokens):
+            self._token(job, token)
+        self._flush()
 
 
 def _deliver(items: list[tuple[Job, Event]]) -> None:
