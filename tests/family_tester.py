@@ -184,6 +184,19 @@ class FamilyTester:
         missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)]
         assert not missing, f"no gradient for {missing}"
 
+    def test_training_after_inference_mode_reaches_every_parameter(self):
+        """Tables a module caches on first use (RoPE, Hadamard, fused weights) must not be inference tensors
+        when that first use ran under ``torch.inference_mode`` (generation, serving, evaluation)."""
+        model = self.make_model()
+        ids = self.random_ids(model)
+        with torch.inference_mode():
+            model(input_ids=ids, **self.forward_kwargs(ids))
+            model(input_ids=ids, use_cache=True, **self.forward_kwargs(ids))
+        model.train()
+        model(input_ids=ids, labels=ids, **self.forward_kwargs(ids)).loss.backward()
+        missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)]
+        assert not missing, f"no gradient for {missing}"
+
     def test_gradient_checkpointing_equals_the_plain_backward(self):
         """Every decoder layer is a checkpointing layer; with checkpointing on (use_reentrant=False) the
         layers run again in backward, and the loss and every gradient equal the plain backward (1e-6)."""

@@ -54,6 +54,8 @@ def test_row_trains_one_step_and_decodes_like_prefill(name, row):
     model = build(row)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(1, model.config.vocab_size, (2, T), generator=g)
+    with torch.inference_mode():  # tables cached on first use under inference_mode must still train afterwards
+        model(input_ids=ids)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss = model(input_ids=ids, labels=ids).loss

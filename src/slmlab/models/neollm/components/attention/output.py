@@ -103,7 +103,9 @@ class HadamardOutput(nn.Module):
             return (hadamard_matrix(self.width, device, torch.float32) / math.sqrt(self.width)).to(dtype)
         m = self._matrix
         if m is None or m.device != device or m.dtype != dtype:
-            m = self._matrix = (hadamard_matrix(self.width, device, torch.float32) / math.sqrt(self.width)).to(dtype)
+            with torch.inference_mode(False):  # built under inference_mode, it could never join a backward later
+                m = (hadamard_matrix(self.width, device, torch.float32) / math.sqrt(self.width)).to(dtype)
+            self._matrix = m
         return m
 
     def forward(self, o: torch.Tensor) -> torch.Tensor:

@@ -55,7 +55,8 @@ class FrequencyTable:
         if torch.compiler.is_compiling():  # a traced tensor must not outlive the trace: build, never cache
             return torch.tensor(self.freqs, dtype=torch.float32, device=device)
         if self._cached is None or self._cached.device != device:
-            self._cached = torch.tensor(self.freqs, dtype=torch.float32, device=device)
+            with torch.inference_mode(False):  # built under inference_mode, it could never join a backward later
+                self._cached = torch.tensor(self.freqs, dtype=torch.float32, device=device)
         return self._cached
 
 
