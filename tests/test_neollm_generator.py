@@ -246,3 +246,21 @@ def test_spline_degree_is_documentation_only(caplog):
     ids = torch.randint(0, 300, (1, 5))
     with torch.no_grad():
         torch.testing.assert_close(a(input_ids=ids).logits, b(input_ids=ids).logits, atol=0, rtol=0)
+
+
+def test_generator_models_count_and_serve_without_a_token_table():
+    """Code that used to read ``get_input_embeddings().weight`` (the bench's parameter count, the server's
+    batcher) works when the input block is the generator."""
+    from slmlab.bench.models import count_parameters
+    from slmlab.serve.batch import DecodeBatch
+
+    model = tiny_model(use_token_generator=True).eval()
+    total, non_embedding = count_parameters(model)
+    generator = sum(p.numel() for p in model.get_input_embeddings().parameters())
+    head = model.get_output_embeddings().weight.numel()
+    assert total - non_embedding == generator + head
+    batch = DecodeBatch(model)
+    rows = batch.prefill([[3, 4, 5], [6, 7]])
+    assert rows.logits.shape == (2, model.config.vocab_size) and torch.isfinite(rows.logits).all()
+    alone = model(input_ids=torch.tensor([[6, 7]])).logits[0, -1]
+    torch.testing.assert_close(rows.logits[1], alone, atol=1e-5, rtol=0)

@@ -152,9 +152,11 @@ def count_parameters(model) -> tuple[int, int]:
     with the head) and an untied head."""
     params = {id(p): p for p in model.parameters()}
     total = sum(p.numel() for p in params.values())
-    table = model.get_input_embeddings().weight
+    embeddings = {id(p): p for p in model.get_input_embeddings().parameters()}  # a table, or NeoLLM's generator
     head = model.get_output_embeddings()
-    embedding = table.numel() + (head.weight.numel() if head is not None and head.weight is not table else 0)
+    if head is not None:
+        embeddings[id(head.weight)] = head.weight
+    embedding = sum(p.numel() for p in embeddings.values())
     return total, total - embedding
 
 

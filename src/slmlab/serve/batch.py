@@ -115,7 +115,7 @@ class DecodeBatch:
     @torch.inference_mode()
     def prefill(self, prompts: list[list[int]]) -> Prefilled:
         """Run prompts together, left-padded to the longest: their cache, mask and next-token logits."""
-        device = self.model.get_input_embeddings().weight.device
+        device = self.model.device
         width = max(len(p) for p in prompts)
         ids = torch.zeros(len(prompts), width, dtype=torch.long)
         mask = torch.zeros(len(prompts), width, dtype=torch.long)
@@ -204,7 +204,7 @@ def batching_refusal(model, tolerance: float = 1e-3) -> str | None:
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in (5, 9, 3)]
     feeds = torch.randint(0, vocab, (3, 4), generator=gen)
-    device = model.get_input_embeddings().weight.device
+    device = model.device
     feeds = feeds.to(device)
     try:
         alone = []

@@ -108,7 +108,7 @@ class Worker:
 
     def __init__(self, model, stop_ids: list[int], max_batch: int, max_queue: int, batched: bool) -> None:
         self.model = model
-        self.device = model.get_input_embeddings().weight.device
+        self.device = model.device
         self.stop_ids = sorted(set(stop_ids))
         self.max_batch = max_batch
         self.max_queue = max_queue
