@@ -491,7 +491,7 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
         fit = fits[plan.model]
         line = {"schema": SCHEMA, "key": plan.key(settings), "model": plan.model, "data": plan.data,
                 "kind": "task" if plan.synthetic else "text",
-                "task": next(i.task for i in infos if i.spec == plan.data), "lr": plan.lr, "seed": plan.seed,
+                "task": next(d.task for d in infos if d.spec == plan.data), "lr": plan.lr, "seed": plan.seed,
                 "batch_size": settings.batch_size, "max_steps": settings.steps, "budget": settings.budget,
                 "tied": not settings.untied, "fit": fit, "settings": _settings_record(settings)}
         t1 = time.perf_counter()
