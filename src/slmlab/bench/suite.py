@@ -129,8 +129,13 @@ def tier_plans(tier: str, tasks: list[str] | None = None, models: list[str] | No
                seeds: list[int] | None = None) -> list[RunPlan]:
     """The tier's runs, filtered by task names / aliases and model ids, repeated for each seed."""
     if tier not in TIERS:
-        raise ValueError(f"unknown tier {tier!r}; known: {', '.join(TIERS)}")
-    plans = TIERS[tier][1]()
+        raise ValueError(f"unknown tier {tier!r}; known: {', '.join(TIERS)} (or a tier file, configs/bench-*.yaml)")
+    return filter_plans(TIERS[tier][1](), tasks, models, seeds)
+
+
+def filter_plans(plans: list[RunPlan], tasks: list[str] | None = None, models: list[str] | None = None,
+                 seeds: list[int] | None = None) -> list[RunPlan]:
+    """``plans`` restricted to task names / aliases and model ids, repeated for each seed."""
     if tasks:
         wanted = set()
         for name in tasks:
@@ -148,5 +153,5 @@ def tier_plans(tier: str, tasks: list[str] | None = None, models: list[str] | No
             resolve_entry(m)  # unknown ids raise, listing the known ones
         plans = [p for p in plans if p.model in models]
     if seeds:
-        plans = [dataclasses.replace(p, seed=s) for s in seeds for p in plans]
+        plans = list(dict.fromkeys(dataclasses.replace(p, seed=s) for s in seeds for p in plans))
     return plans

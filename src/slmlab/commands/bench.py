@@ -13,7 +13,7 @@ ACTIONS = ("run", "list", "report", "reproduce")
 def bench_command(argv: list[str]) -> int:
     """Run the long-memory suite (tasks T1-T7, tiers, control models) and report it with CIs.
 
-    slmlab bench run --tier cpu-smoke [--tasks mqar,t7] [--models attn2-z] [--seeds 0,1,2] [--out DIR] [--dry-run]
+    slmlab bench run --tier cpu-smoke|FILE.yaml [--tasks mqar,t7] [--models attn2-z] [--seeds 0,1,2] [--out DIR] [--dry-run]
     slmlab bench list
     slmlab bench report DIR                 (tables and plots from DIR/results.jsonl)
     slmlab bench reproduce zoology-fig2 | mamba-table1 | mamba-table11 | pgsm-distance [--out DIR] [--run]
@@ -25,7 +25,8 @@ def bench_command(argv: list[str]) -> int:
     p = command_parser(bench_command, "bench")
     p.add_argument("action", choices=ACTIONS)
     p.add_argument("target", nargs="?", help="report: the results folder; reproduce: the anchor")
-    p.add_argument("--tier", default=None, help="cpu-smoke, cpu-full, gpu-paper or micro")
+    p.add_argument("--tier", default=None,
+                   help="cpu-smoke, cpu-full, gpu-paper or micro, or a tier file (configs/bench-*.yaml)")
     p.add_argument("--tasks", default="", help="comma-separated task names or aliases (default: the tier's)")
     p.add_argument("--models", default="", help="comma-separated model ids (default: the tier's)")
     p.add_argument("--seeds", default="", help="comma-separated seeds (default: 0); claims use 0,1,2")
@@ -59,11 +60,17 @@ def _seeds(text: str) -> list[int] | None:
 
 def _run(args) -> int:
     from ..bench.run import run_plans
-    from ..bench.suite import tier_plans
+    from ..bench.suite import filter_plans, tier_plans
+    from ..bench.tier_file import is_tier_file, load_tier_file
 
     if not args.tier:
         raise ValueError("bench run needs --tier; pass --tier cpu-smoke (see `slmlab bench list`)")
-    plans = tier_plans(args.tier, _split(args.tasks) or None, _split(args.models) or None, _seeds(args.seeds))
+    filters = (_split(args.tasks) or None, _split(args.models) or None, _seeds(args.seeds))
+    if is_tier_file(args.tier):
+        tier, _, plans = load_tier_file(args.tier)
+        plans = filter_plans(plans, *filters)
+    else:
+        tier, plans = args.tier, tier_plans(args.tier, *filters)
     if args.max_time is not None:
         if args.max_time < 0:
             raise ValueError(f"--max-time must be >= 0 seconds, got {args.max_time}; 0 removes the time budget")
@@ -76,7 +83,7 @@ def _run(args) -> int:
         print(f"{len(plans)} runs, time budgets sum to {sum(x.max_time for x in plans) / 60:.1f} min")
         return 0
     _check_fits(plans)
-    run_plans(plans, args.tier, args.out, args.device)
+    run_plans(plans, tier, args.out, args.device)
     print(f"results: {Path(args.out) / 'results.jsonl'}; `slmlab bench report {args.out}` for tables and plots")
     return 0
 

@@ -1,0 +1,76 @@
+"""Tier files (configs/bench-*.yaml): loading, errors, and the shipped files equal the built-in tiers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slmlab import cli
+from slmlab.bench.run import read_results
+from slmlab.bench.suite import TIERS, RunPlan, tier_plans
+from slmlab.bench.tier_file import load_tier_file
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.parametrize("tier", ["cpu-smoke", "cpu-full", "gpu-paper"])
+def test_shipped_tier_files_equal_the_built_in_tiers(tier):
+    name, description, plans = load_tier_file(CONFIGS / f"bench-{tier}.yaml")
+    reference = tier_plans(tier)
+    assert name == tier and description == TIERS[tier][0]
+    assert len(plans) == len(reference) and set(plans) == set(reference)
+
+
+def test_a_group_is_the_product_of_its_lists_with_its_budget(tmp_path):
+    path = tmp_path / "bench-mine.yaml"
+    path.write_text(
+        "tier: mine\n"
+        "defaults: {batch_size: 16}\n"
+        "groups:\n"
+        "  - {tasks: ['ar:cpu,T=16'], models: [attn2-z, shortconv4], lrs: [1.0e-3, 3.0e-3], max_time: 30}\n"
+        "  - {tasks: [t7:cpu], models: [attn2-rope], lrs: 2.0e-3, seeds: [0, 1], model_config: {d_model: [32, 64]},\n"
+        "     train_on: scored, batch_size: 8}\n"
+    )
+    name, _, plans = load_tier_file(path)
+    assert name == "mine" and len(plans) == 4 + 4
+    assert plans[0] == RunPlan("ar:cpu,T=16", "attn2-z", 1e-3, batch_size=16, max_time=30.0)
+    t7 = plans[4:]
+    assert {(p.seed, p.model_config) for p in t7} == {(s, (("d_model", d),)) for s in (0, 1) for d in (32, 64)}
+    assert all(p.batch_size == 8 and p.lr == 2e-3 for p in t7)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("tier: x\ngroups: []\n", "'groups' must be a non-empty list"),
+        ("tier: x\nrunz: 1\ngroups: [{tasks: [t7:cpu], models: [attn2-z], lrs: [1]}]\n", "unknown key 'runz'"),
+        ("groups: [{tasks: [t7:cpu], models: [attn2-z], lrs: [1], max_tme: 3}]\n",
+         "group 1 has an unknown key 'max_tme'; did you mean 'max_time'"),
+        ("groups: [{tasks: [t7:cpu], models: [attn2-z]}]\n", "group 1 needs a non-empty list 'lrs'"),
+        ("groups: [{tasks: [sudoku], models: [attn2-z], lrs: [1]}]\n", "unknown task 'sudoku'; known: "),
+        ("groups: [{tasks: [t7:cpu], models: [gpt5], lrs: [1]}]\n", "unknown model 'gpt5'; known: attn2-z"),
+        ("groups: [{tasks: [t7:cpu], models: [attn2-z], lrs: [1], train_on: every}]\n", "group 1: train_on"),
+        ("groups: [{tasks: [t7:cpu]\n", "not valid YAML"),
+    ],
+)
+def test_bad_tier_files_name_the_problem(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_tier_file(path)
+
+
+def test_bench_run_accepts_a_tier_file(tmp_path, capsys):
+    path = tmp_path / "bench-tiny.yaml"
+    path.write_text("tier: tiny\ngroups:\n  - {tasks: ['ar:cpu,T=16,n_train=64,n_test=32'], models: [attn2-z, shortconv4],"
+                    " lrs: [1.0e-3], batch_size: 8, max_steps: 3, eval_every: 3, max_time: 60}\n")
+    assert cli.main(["bench", "run", "--tier", str(path), "--dry-run"]) == 0
+    assert "2 runs, time budgets sum to 2.0 min" in capsys.readouterr().out
+    out = tmp_path / "out"
+    argv = ["bench", "run", "--tier", str(path), "--models", "shortconv4", "--out", str(out), "--threads", "1"]
+    assert cli.main(argv) == 0
+    (line,) = read_results(out)
+    assert line["tier"] == "tiny" and line["model"] == "shortconv4" and line["steps"] == 3
+    assert cli.main(["bench", "run", "--tier", str(tmp_path / "none.yaml")]) == 2
+    assert "no tier file" in capsys.readouterr().err
