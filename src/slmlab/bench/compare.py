@@ -425,23 +425,11 @@ def measure(model, seq_len: int) -> dict:
 def read_lines(path: Path) -> list[dict]:
     """The result lines of ``<out>/results.jsonl`` (a later line for a key replaces an earlier one);
     ``ValueError`` for a damaged line or another schema."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"no comparison results at {path}; run `slmlab compare ... --out DIR` first")
+    from .jsonl import read_result_lines
+
     latest: dict[str, dict] = {}
-    for number, text in enumerate(path.read_text().splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            raise ValueError(f"{path}:{number} is not a JSON line; the file is damaged: remove that line") from None
-        if not isinstance(line, dict) or line.get("schema") != SCHEMA:
-            got = line.get("schema") if isinstance(line, dict) else None
-            raise ValueError(f"{path}:{number} has schema {got!r}, this slmlab reads {SCHEMA!r}; rerun the"
-                             " comparison into a new --out folder")
+    for line in read_result_lines(path, SCHEMA, "comparison", "run `slmlab compare ... --out DIR` first",
+                                  "rerun the comparison into a new --out folder"):
         latest.pop(line["key"], None)
         latest[line["key"]] = line
     return list(latest.values())

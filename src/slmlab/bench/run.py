@@ -40,26 +40,10 @@ RESULT_FIELDS = (
 def read_results(path: Path) -> list[dict]:
     """The result lines of ``path`` (``results.jsonl`` or a folder holding one); ``ValueError`` for a
     line from another schema version."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"no bench results at {path}; run `slmlab bench run --out DIR` first")
-    lines = []
-    for number, text in enumerate(path.read_text().splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            raise ValueError(f"{path}:{number} is not a JSON line; the file is damaged — remove that line") from None
-        if line.get("schema") != SCHEMA:
-            raise ValueError(
-                f"{path}:{number} has schema {line.get('schema')!r}, this slmlab reads {SCHEMA!r}; rerun the bench"
-                " with this version or read the file with the version that wrote it"
-            )
-        lines.append(line)
-    return lines
+    from .jsonl import read_result_lines
+
+    return read_result_lines(path, SCHEMA, "bench", "run `slmlab bench run --out DIR` first",
+                             "rerun the bench with this version or read the file with the version that wrote it")
 
 
 def _run_config(plan: RunPlan, run_dir: Path, device: str):
