@@ -375,3 +375,13 @@ def test_audit_counts_every_parameter_once():
     rows = audit_parameters(model)
     assert rows["Tied embedding table"] == model.model.embed_tokens.weight.numel() and "LM head (untied)" not in rows
     assert sum(v for k, v in rows.items() if k != "Total") == rows["Total"] == sum(p.numel() for p in model.parameters())
+
+
+def test_seed_special_ids_are_dropped_only_where_the_vocabulary_cannot_hold_them(recwarn):
+    seed = NanoHammerConfig()
+    assert (seed.bos_token_id, seed.eos_token_id) == (128000, 128009)
+    small = NanoHammerConfig(vocab_size=2048)
+    assert (small.bos_token_id, small.eos_token_id) == (None, None)
+    assert not [w for w in recwarn if "token_id" in str(w.message)]
+    explicit = NanoHammerConfig(vocab_size=2048, bos_token_id=1, eos_token_id=2)
+    assert (explicit.bos_token_id, explicit.eos_token_id) == (1, 2)

@@ -39,7 +39,8 @@ class NanoHammerConfig(PretrainedConfig):
         attention_dropout: attention-probability dropout in training (0.0).
         mlp_bias: bias on the SwiGLU projections (False).
         hidden_act: only ``"silu"`` (the seed's default; SwiGLU).
-        bos_token_id / eos_token_id / pad_token_id: 128000 / 128009 / None.
+        bos_token_id / eos_token_id / pad_token_id: 128000 / 128009 / None (the two defaults become None
+            when ``vocab_size`` is too small to hold them).
         head_dim: attention head size (default ``hidden_size // num_attention_heads``).
         state_rope_base: base of the holographic rotation frequencies (10000, fixed in the seed).
         rotation_style: ``"rotation"`` (a true per-pair rotation, the intended maths) or ``"seed"``
@@ -136,6 +137,12 @@ class NanoHammerConfig(PretrainedConfig):
         self.state_rope_base = state_rope_base
         self.rotation_style = rotation_style
         self.hidden_attends_self = bool(hidden_attends_self)
+        # The seed's ids are Llama 3's (128000 / 128009): kept where the vocabulary holds them, None in a
+        # smaller one (a tiny preset, a compare budget, a synthetic task), where they would name no token.
+        if bos_token_id == 128000 and vocab_size <= bos_token_id:
+            bos_token_id = None
+        if eos_token_id == 128009 and vocab_size <= eos_token_id:
+            eos_token_id = None
         super().__init__(
             tie_word_embeddings=tie_word_embeddings,
             bos_token_id=bos_token_id,
