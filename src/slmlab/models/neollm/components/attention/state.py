@@ -20,7 +20,8 @@ class NeoLLMAttentionState(KVState):
         prev_q: ``[B, 1, H, P, D]`` last rotated pre-shear query (None before the first call).
         prev_k: ``[B, 1, H_kv, P, D]`` last rotated pre-shear key.
         has_prev: ``[B]`` bool, a token was already seen in this row.
-        window: the IHA window ``W`` frozen by the first cached call (None until then / on non-local layers).
+        window: the IHA window ``W`` frozen by the first cached call: an int, or a ``[B]`` tensor of per-row
+            windows when it was derived from each row's real length (None until then / on non-local layers).
         pseudo_heads: ``P`` of this layer (for token counts).
 
     Tensors all have the batch on dim 0, so beam reordering and repetition work unchanged.
@@ -31,7 +32,7 @@ class NeoLLMAttentionState(KVState):
         self.prev_q: torch.Tensor | None = None
         self.prev_k: torch.Tensor | None = None
         self.has_prev: torch.Tensor | None = None
-        self.window: int | None = None
+        self.window: int | torch.Tensor | None = None
         self.pseudo_heads = pseudo_heads
 
     @property
