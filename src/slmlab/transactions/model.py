@@ -224,6 +224,15 @@ class TransactionEncoder(TxnPreTrainedModel):
         return cls(TxnEncoderConfig(backbone=backbone, schema=schema, max_transactions=bb.num_transactions,
                                     initializer_range=bb.initializer_range))
 
+    def generate_next_transaction(self, ids: torch.Tensor, n_samples: int = 1, temperature: float = 1.0,
+                                  top_k: int | None = None, fixed: dict[str, int] | None = None,
+                                  generator: torch.Generator | None = None):
+        """Sample next transactions after a history (see
+        :func:`slmlab.transactions.generate.generate_next_transaction`)."""
+        from .generate import generate_next_transaction
+
+        return generate_next_transaction(self, ids, n_samples, temperature, top_k, fixed, generator)
+
     # -- HF forward ----------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> TxnEncoderOutput:
