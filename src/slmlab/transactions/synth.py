@@ -376,6 +376,49 @@ class _Customer:
         return _concat(blocks)
 
 
+def account_takeover_block(rng: np.random.Generator, w: World, mcc_w: np.ndarray, amounts: np.ndarray,
+                           difficulty: float, tz: int, device: int, start_range: tuple[int, int]) -> dict:
+    """An account-takeover case: 2-6 online purchases within 1-48 h from a new ``device``, starting at
+    a time drawn from ``start_range`` (seconds from the bank's start, ``[lo, hi)``); w.p.
+    ``0.5 * difficulty`` in MCCs the customer already buys online (``mcc_w``: the customer's MCC
+    weights), else in electronics / stored value / jewellery / money transfer, half of them at
+    foreign merchants; amounts = the median of the customer's positive ``amounts`` x U(1.5, 6);
+    w.p. 0.5 a $0 verification 30 s before. Returns a block of transaction columns."""
+    k = int(rng.integers(2, 7))
+    t = int(rng.integers(*start_range)) + np.sort(rng.uniform(0, rng.uniform(1, 48) * 3600, k)).astype(np.int64)
+    mimic = rng.random() < 0.5 * difficulty
+    if mimic:
+        own = np.flatnonzero((mcc_w > 0) & (MCC_ONLINE > 0.2))
+        mccs = rng.choice(own, k) if len(own) else rng.choice([MI[m] for m in ATO_MCCS], k)
+        merch = np.array([_pick(rng, w.online.get(int(m), w.online_foreign), 1)[0]
+                          if len(w.online.get(int(m), [])) else _pick(rng, w.online_foreign, 1)[0] for m in mccs])
+    else:
+        mccs = rng.choice([MI[m] for m in ATO_MCCS], k)
+        foreign = rng.random(k) < (0.5 if difficulty > 0 else 1.0)
+        merch = np.array([_pick(rng, w.online_foreign, 1)[0] if f or not len(w.online.get(int(m), []))
+                          else _pick(rng, w.online[int(m)], 1)[0] for m, f in zip(mccs, foreign)])
+    med = np.median(amounts[amounts > 0]) if (amounts > 0).any() else 40.0
+    amount = np.round(med * rng.uniform(1.5, 6, k), 2)
+    b = _block(k, t=t, merchant=merch, amount=amount, entry=4, auth=rng.choice([5, 3], k), device=device, tz=tz)
+    if rng.random() < 0.5:
+        b = _concat([_block(1, t=t[0] - 30, merchant=merch[0], amount=0.0, txn_type=3, entry=4, auth=5,
+                            device=device, tz=tz), b])
+    return b
+
+
+def lost_stolen_block(rng: np.random.Generator, w: World, home_city: int, difficulty: float, tz: int,
+                      start_range: tuple[int, int]) -> dict:
+    """A lost/stolen-card spree: 4-12 contactless no-CVM purchases of $60-99.90 (difficulty 0:
+    $95-99.90) within 1-6 h at merchants of ``home_city`` in grocery / liquor / fuel / fast-food /
+    misc MCCs, starting at a time drawn from ``start_range``. Returns a block of transaction columns."""
+    k = int(rng.integers(4, 13))
+    t = int(rng.integers(*start_range)) + np.sort(rng.uniform(0, rng.uniform(1, 6) * 3600, k)).astype(np.int64)
+    mccs = rng.choice([MI[x] for x in LS_MCCS], k)
+    merch = np.array([_pick(rng, w.phys.get((home_city, int(mm)), w.phys_mcc[int(mm)]), 1)[0] for mm in mccs])
+    lo = 60.0 if difficulty > 0 else 95.0
+    return _block(k, t=t, merchant=merch, amount=np.round(rng.uniform(lo, 99.9, k), 2), entry=1, auth=2, tz=tz)
+
+
 def _label_delay(rng, n: int) -> np.ndarray:
     return np.clip(rng.lognormal(np.log(10.0), 0.6, n), 1, 60) * 86400
 
@@ -403,26 +446,7 @@ def _customer_history(idx: int, cfg: SynthConfig, world: World, ct_events: list[
 
     # account takeover
     for _ in range(rng.poisson(lam["account_takeover"])):
-        k = int(rng.integers(2, 7))
-        t = int(rng.integers(0, period)) + np.sort(rng.uniform(0, rng.uniform(1, 48) * 3600, k)).astype(np.int64)
-        mimic = rng.random() < 0.5 * d
-        if mimic:
-            own = np.flatnonzero((cust.mcc_w > 0) & (MCC_ONLINE > 0.2))
-            mccs = rng.choice(own, k) if len(own) else rng.choice([MI[m] for m in ATO_MCCS], k)
-            merch = np.array([_pick(rng, w.online.get(int(m), w.online_foreign), 1)[0]
-                              if len(w.online.get(int(m), [])) else _pick(rng, w.online_foreign, 1)[0] for m in mccs])
-        else:
-            mccs = rng.choice([MI[m] for m in ATO_MCCS], k)
-            foreign = rng.random(k) < (0.5 if d > 0 else 1.0)
-            merch = np.array([_pick(rng, w.online_foreign, 1)[0] if f or not len(w.online.get(int(m), []))
-                              else _pick(rng, w.online[int(m)], 1)[0] for m, f in zip(mccs, foreign)])
-        med = np.median(hist["amount"][hist["amount"] > 0]) if (hist["amount"] > 0).any() else 40.0
-        amount = np.round(med * rng.uniform(1.5, 6, k), 2)
-        b = _block(k, t=t, merchant=merch, amount=amount, entry=4, auth=rng.choice([5, 3], k), device=10_000 + len(cases),
-                   tz=tz0)
-        if rng.random() < 0.5:
-            b = _concat([_block(1, t=t[0] - 30, merchant=merch[0], amount=0.0, txn_type=3, entry=4, auth=5,
-                                device=10_000 + len(cases), tz=tz0), b])
+        b = account_takeover_block(rng, w, cust.mcc_w, hist["amount"], d, tz0, 10_000 + len(cases), (0, period))
         case_row("account_takeover", b)
     # counterfeit after a compromise: exposure at a compromised fuel/ATM merchant, later a swipe spree far away
     for _ in range(rng.poisson(lam["counterfeit_after_compromise"]) if len(w.compromised) else 0):
@@ -449,12 +473,8 @@ def _customer_history(idx: int, cfg: SynthConfig, world: World, ct_events: list[
     # lost or stolen card: a contactless spree just under the CVM limit, then a new card
     card_changes = []
     for _ in range(rng.poisson(lam["lost_stolen"])):
-        k = int(rng.integers(4, 13))
-        t = int(rng.integers(0, period)) + np.sort(rng.uniform(0, rng.uniform(1, 6) * 3600, k)).astype(np.int64)
-        mccs = rng.choice([MI[x] for x in LS_MCCS], k)
-        merch = np.array([_pick(rng, w.phys.get((cust.home, int(mm)), w.phys_mcc[int(mm)]), 1)[0] for mm in mccs])
-        lo = 60.0 if d > 0 else 95.0
-        b = _block(k, t=t, merchant=merch, amount=np.round(rng.uniform(lo, 99.9, k), 2), entry=1, auth=2, tz=tz0)
+        b = lost_stolen_block(rng, w, cust.home, d, tz0, (0, period))
+        t = b["t"]
         case_row("lost_stolen", b)
         card_changes.append((int(t[-1]), int(t[-1] + rng.uniform(1, 3) * 86400)))
     # card testing (drawn at campaign level)
@@ -498,31 +518,69 @@ def _card_testing(cfg: SynthConfig, world: World, rng: np.random.Generator) -> d
         t0 = int(rng.integers(0, cfg.n_days * 86400))
         victims = rng.choice(cfg.n_customers, size, replace=False)
         for v in victims:
-            k = int(rng.integers(3, 21))
-            t = t0 + int(rng.integers(0, 7200)) + np.cumsum(rng.integers(5, 600, k))
-            zero = rng.random(k) < 0.5
-            hi = 12.0 if d > 0 else 2.0
-            amount = np.where(zero, 0.0, np.round(rng.uniform(0.5, hi, k), 2))
-            declined = rng.random(k) < 0.4
-            resp = np.where(declined, rng.choice([3, 4, 5], k, p=[.5, .25, .25]), 0)
-            ev = {"t": t, "merchant": _pick(rng, merchants, k), "amount": amount, "txn_type": np.where(zero, 3, 0),
-                  "auth": np.full(k, 5), "device": np.full(k, 20_000 + c), "response": resp}
-            if (~declined).any() and rng.random() < 0.6 and len(cashout):
-                j = int(rng.integers(1, 4))
-                tc = t[-1] + int(rng.integers(600, 86400)) + np.cumsum(rng.integers(60, 3600, j))
-                ev = {"t": np.r_[t, tc], "merchant": np.r_[ev["merchant"], _pick(rng, cashout, j)],
-                      "amount": np.r_[amount, np.round(rng.uniform(200, 1500, j), 2)],
-                      "txn_type": np.r_[ev["txn_type"], np.zeros(j, int)], "auth": np.r_[ev["auth"], np.full(j, 3)],
-                      "device": np.r_[ev["device"], np.full(j, 20_000 + c)], "response": np.r_[resp, np.zeros(j, int)]}
-            events.setdefault(int(v), []).append(ev)
+            events.setdefault(int(v), []).append(card_testing_attempts(rng, merchants, cashout, t0, 20_000 + c, d))
     return events
+
+
+def card_testing_attempts(rng: np.random.Generator, merchants: np.ndarray, cashout: np.ndarray, t0: int, device: int,
+                          difficulty: float) -> dict:
+    """One victim's card-testing attempts: 3-20 tries at ``merchants`` from ``device``, 5 s-10 min
+    apart, starting within 2 h of ``t0`` (seconds from the bank's start); $0 verifications or
+    $0.50-12 charges, 40% declined; when any went through, w.p. 0.6 one to three cash-out purchases
+    ($200-1,500 at ``cashout`` merchants) 10 min-24 h later. Returns the event columns ``t``,
+    ``merchant``, ``amount``, ``txn_type``, ``auth``, ``device``, ``response``."""
+    k = int(rng.integers(3, 21))
+    t = t0 + int(rng.integers(0, 7200)) + np.cumsum(rng.integers(5, 600, k))
+    zero = rng.random(k) < 0.5
+    hi = 12.0 if difficulty > 0 else 2.0
+    amount = np.where(zero, 0.0, np.round(rng.uniform(0.5, hi, k), 2))
+    declined = rng.random(k) < 0.4
+    resp = np.where(declined, rng.choice([3, 4, 5], k, p=[.5, .25, .25]), 0)
+    ev = {"t": t, "merchant": _pick(rng, merchants, k), "amount": amount, "txn_type": np.where(zero, 3, 0),
+          "auth": np.full(k, 5), "device": np.full(k, device), "response": resp}
+    if (~declined).any() and rng.random() < 0.6 and len(cashout):
+        j = int(rng.integers(1, 4))
+        tc = t[-1] + int(rng.integers(600, 86400)) + np.cumsum(rng.integers(60, 3600, j))
+        ev = {"t": np.r_[t, tc], "merchant": np.r_[ev["merchant"], _pick(rng, cashout, j)],
+              "amount": np.r_[amount, np.round(rng.uniform(200, 1500, j), 2)],
+              "txn_type": np.r_[ev["txn_type"], np.zeros(j, int)], "auth": np.r_[ev["auth"], np.full(j, 3)],
+              "device": np.r_[ev["device"], np.full(j, device)], "response": np.r_[resp, np.zeros(j, int)]}
+    return ev
+
+
+def _streams(cfg: SynthConfig) -> list[np.random.SeedSequence]:
+    """The four independent streams of ``cfg``'s seed: world, merchants, card-testing campaigns,
+    customers (each customer spawns its own from the last)."""
+    return np.random.SeedSequence(int(cfg.seed)).spawn(4)
+
+
+def world_of(cfg: SynthConfig) -> World:
+    """The world (cities, merchants, compromised merchants) that :func:`generate` builds for ``cfg``."""
+    s_world, s_merch, _, _ = _streams(cfg.validate())
+    return build_world(cfg, np.random.default_rng(s_world), np.random.default_rng(s_merch))
+
+
+def blocks_to_frame(blocks: list[dict], w: World, cfg: SynthConfig, customer: int, first_k: int,
+                    fraud_type: str | None = None, case: int = 0) -> pd.DataFrame:
+    """Transaction rows (the exported columns) of ``customer`` from generator blocks, numbered from
+    ``first_k``; with ``fraud_type`` every row is a fraud of case ``case`` whose label is available
+    at the case's end."""
+    h = _concat(blocks)
+    h["cust"] = np.full(len(h["t"]), customer)
+    h["k"] = first_k + np.arange(len(h["t"]))
+    rows = []
+    if fraud_type is not None:
+        h["fraud"][:] = 1
+        h["case"][:] = case
+        rows = [{"customer": customer, "case": case, "fraud_type": fraud_type, "end": int(h["t"].max()),
+                 "label_delay": 0.0}]
+    return _to_frame([h], w, pd.Timestamp(cfg.start, tz="UTC"), rows)
 
 
 def generate(cfg: SynthConfig, chunk_size: int = 500, progress: bool = False) -> SynthData:
     """Generate the bank of ``cfg`` (identical for every ``chunk_size``)."""
     cfg.validate()
-    root = np.random.SeedSequence(int(cfg.seed))
-    s_world, s_merch, s_fraud, s_cust = root.spawn(4)
+    s_world, s_merch, s_fraud, s_cust = _streams(cfg)
     world = build_world(cfg, np.random.default_rng(s_world), np.random.default_rng(s_merch))
     ct = _card_testing(cfg, world, np.random.default_rng(s_fraud))
     start = pd.Timestamp(cfg.start, tz="UTC")
