@@ -1,0 +1,150 @@
+"""Customer embeddings: a pooled, L2-normalised vector per window, optionally trained with InfoNCE.
+
+Every transaction ``t`` has a *summary state*, the backbone state at its last field
+``p = t*F + F - 1`` (``response_code``): by then the causal backbone has read all of ``t`` and
+everything before it. A window's embedding is the masked mean of the summary states of its real
+transactions, projected ``Linear(D, dim)`` and L2-normalised:
+
+    z = normalize(W · mean_{t valid} h[t*F + F - 1] + b)
+
+Training (optional) uses InfoNCE (van den Oord et al., "Representation Learning with Contrastive
+Predictive Coding", arXiv:1807.03748) on pairs of disjoint windows of one customer: with ``B``
+customers in a batch, ``S = z1 z2^T / tau`` and the loss is the mean of the cross-entropies of
+``S`` and ``S^T`` against the diagonal (the same customer is the positive, the other ``B - 1``
+customers the negatives). Without a trained head, :func:`embed_windows` uses the normalised
+masked mean itself (``dim = D``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.utils import ModelOutput
+
+from .generate import encoder_of
+from .model import TransactionEncoder, TxnEncoderConfig, TxnPreTrainedModel, txn_mask_from
+
+
+def summary_states(hidden: torch.Tensor, num_features: int) -> torch.Tensor:
+    """``[B, T*F, D]`` -> the summary states ``[B, T, D]`` (positions ``t*F + F - 1``)."""
+    return hidden[:, num_features - 1::num_features]
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x [B, T, D]`` over the rows where ``mask [B, T]`` is True (zero if none)."""
+    m = mask.to(x.dtype)[..., None]
+    return (x * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+
+def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 0.1) -> torch.Tensor:
+    """Symmetric InfoNCE of paired embeddings ``z1, z2 [B, d]`` (row ``i`` of both: one customer).
+
+    ``mean(CE(z1 z2^T / tau, diag), CE(z2 z1^T / tau, diag))``; the inputs are expected unit norm.
+    """
+    if z1.shape != z2.shape or z1.dim() != 2:
+        raise ValueError(f"z1 and z2 must both be [B, d], got {tuple(z1.shape)} and {tuple(z2.shape)}")
+    if not tau > 0:
+        raise ValueError(f"tau must be > 0, got {tau!r}")
+    logits = z1.float() @ z2.float().T / tau
+    target = torch.arange(len(z1), device=z1.device)
+    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+
+
+class CustomerEmbeddingHead(nn.Module):
+    """Masked mean of the summary states -> ``Linear(D, dim)`` -> L2 normalisation.
+
+    Args:
+        hidden_size: ``D``.
+        dim: embedding size.
+        num_features: ``F`` (the summary state of ``t`` is at ``t*F + F - 1``).
+    """
+
+    def __init__(self, hidden_size: int, dim: int = 128, num_features: int = 15) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.proj = nn.Linear(hidden_size, dim)
+
+    def forward(self, hidden: torch.Tensor, txn_mask: torch.Tensor) -> torch.Tensor:
+        """``hidden [B, T*F, D]``, ``txn_mask [B, T]`` -> unit vectors ``[B, dim]``."""
+        pooled = masked_mean(summary_states(hidden, self.num_features), txn_mask)
+        return F.normalize(self.proj(pooled), dim=-1)
+
+
+@dataclass
+class CustomerOutput(ModelOutput):
+    """``loss`` (InfoNCE, for a pair batch) and ``embeddings`` (``[B, dim]`` or ``[B, 2, dim]``)."""
+
+    loss: torch.Tensor | None = None
+    embeddings: torch.Tensor | None = None
+
+
+class CustomerEmbeddingModel(TxnPreTrainedModel):
+    """:class:`TransactionEncoder` (as ``encoder``) + :class:`CustomerEmbeddingHead`.
+
+    ``forward(input_ids)`` with ``[B, T, F]`` ids returns embeddings ``[B, dim]``; with a pair batch
+    ``[B, 2, T, F]`` (two disjoint windows per customer) it returns ``[B, 2, dim]`` and the InfoNCE
+    loss. Config extras: ``customer_dim`` (default 128), ``customer_tau`` (default 0.1).
+    """
+
+    def __init__(self, config: TxnEncoderConfig) -> None:
+        super().__init__(config)
+        self.encoder = TransactionEncoder(config)
+        d = config.backbone_config().hidden_size
+        self.tau = float(getattr(config, "customer_tau", 0.1))
+        self.customer_head = CustomerEmbeddingHead(d, int(getattr(config, "customer_dim", 128)),
+                                                   len(self.encoder.feature_names))
+        self.post_init()
+        self.encoder.embedding.zero_pad_rows()
+
+    @classmethod
+    def from_encoder(cls, encoder: TransactionEncoder, **overrides) -> CustomerEmbeddingModel:
+        """A customer model whose encoder starts from ``encoder``'s weights."""
+        model = cls(TxnEncoderConfig(**{**encoder.config.to_dict(), **overrides}))
+        model.encoder.load_state_dict(encoder.state_dict())
+        return model
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T, F]`` ids (mask ``[B, T]`` or ``[B, T*F]``) -> ``[B, dim]``."""
+        txn_mask = txn_mask_from(input_ids, attention_mask)
+        return self.customer_head(self.encoder.backbone_forward(input_ids, txn_mask), txn_mask)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, **kwargs) -> CustomerOutput:
+        """Args:
+            input_ids: ``[B, T, F]`` (embeddings only) or ``[B, 2, T, F]`` (a pair batch: the loss).
+            attention_mask: ``[B, T]`` / ``[B, T*F]``, or ``[B, 2, T]`` / ``[B, 2, T*F]`` for pairs.
+            labels: unused (the pairing is the label).
+        """
+        if input_ids.dim() == 3:
+            return CustomerOutput(embeddings=self.embed(input_ids, attention_mask))
+        if input_ids.dim() != 4 or input_ids.shape[1] != 2:
+            raise ValueError(f"input_ids must be [B, T, F] or a pair batch [B, 2, T, F], got {tuple(input_ids.shape)}")
+        B = input_ids.shape[0]
+        mask = None if attention_mask is None else attention_mask.reshape(B * 2, -1)
+        z = self.embed(input_ids.reshape(B * 2, *input_ids.shape[2:]), mask).view(B, 2, -1)
+        return CustomerOutput(loss=info_nce(z[:, 0], z[:, 1], self.tau), embeddings=z)
+
+
+@torch.no_grad()
+def embed_windows(model, ids: torch.Tensor, txn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Customer embeddings of windows ``ids [B, T, F]`` (``txn_mask [B, T]``, default: non-PAD rows).
+
+    A model with a trained customer head (:class:`CustomerEmbeddingModel`) uses it (``[B, dim]``);
+    any other transaction model (an encoder, a fraud model) gives the L2-normalised masked mean of
+    its summary states (``[B, D]``).
+    """
+    was = model.training
+    model.eval()
+    try:
+        head = getattr(model, "customer_head", None)
+        enc = encoder_of(model)
+        mask = txn_mask_from(ids, txn_mask)
+        hidden = enc.backbone_forward(ids, mask)
+        if isinstance(head, CustomerEmbeddingHead):
+            return head(hidden, mask)
+        return F.normalize(masked_mean(summary_states(hidden, ids.shape[-1]), mask), dim=-1)
+    finally:
+        model.train(was)
