@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -11,21 +12,27 @@ import torch.nn.functional as F
 pytest.importorskip("pandas")
 pytest.importorskip("sklearn")
 
+from slmlab.cli import main  # noqa: E402
 from slmlab.transactions.customer import (  # noqa: E402
     CustomerEmbeddingHead,
     CustomerEmbeddingModel,
     embed_windows,
     info_nce,
+    window_pairs,
 )
+from slmlab.transactions.data import prepare_bank  # noqa: E402
 from slmlab.transactions.forecast import (  # noqa: E402
     NextTransactionModel,
     forecast_metrics,
     forecast_targets,
 )
 from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
-from slmlab.transactions.model import TxnEncoderConfig  # noqa: E402
+from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig, preset_schema  # noqa: E402
 from slmlab.transactions.sequence import SequenceFraudHead, SequenceFraudModel, window_labels  # noqa: E402
+from slmlab.transactions.synth import SynthConfig, export, generate  # noqa: E402
+from slmlab.transactions.training import finetune_head  # noqa: E402
 from test_transactions import random_ids, tiny_model  # noqa: E402
+from test_transactions_pipeline import SMALL  # noqa: E402
 
 NF = 15
 
@@ -211,3 +218,72 @@ def test_forecast_metrics_on_hand_made_logits():
     assert math.isclose(m["history/amount/logloss"], (math.log(9) + math.log(5) + math.log(11)) / 3, **close)
     assert math.isclose(m["history/amount/abs_bucket_error"], (1 + 0 + 3) / 3, **close)
     assert math.isclose(m["loss"], m["amount/logloss"], **close) and math.isclose(m["acc"], 1 / 3, **close)
+
+
+# -- fine-tuning through the harness, end to end -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def bank_data():
+    return generate(SynthConfig.from_preset("tiny", **SMALL))
+
+
+@pytest.fixture(scope="module")
+def bank(bank_data):
+    return prepare_bank(bank_data.transactions, preset_schema("lfm2_tiny"), bank_data.customers)
+
+
+STEPS = ["max_steps=2", "batch_size=8", "progress=false", "device=cpu"]
+
+
+def test_window_pairs_are_disjoint_windows_of_one_customer(bank):
+    cust = bank.df["customer_id"].astype(str).to_numpy()
+    for split in ("train", "validation"):
+        pairs = window_pairs(bank, 16, split)
+        assert pairs.ids.shape[1:] == (2, 16, NF) and len(pairs) > 0
+        rows = pairs.rows
+        for older, newer, m_old, m_new in zip(rows[:, 0], rows[:, 1], pairs.txn_mask[:, 0], pairs.txn_mask[:, 1]):
+            assert not set(older[m_old]) & set(newer[m_new])  # disjoint
+            assert len({*cust[older[m_old]], *cust[newer[m_new]]}) == 1  # one customer
+            assert older[m_old].max() + 1 == newer[m_new].min()  # adjacent
+    val = window_pairs(bank, 16, "validation")
+    newest = bank.df["timestamp"].iloc[val.rows[:, 1, -1]]
+    assert bool((newest >= bank.cuts["val_start"]).all() and (newest < bank.cuts["val_end"]).all())
+
+
+@pytest.mark.parametrize("head, cls, key", [("sequence", SequenceFraudModel, "pr_auc"),
+                                            ("forecast", NextTransactionModel, "mcc/top1"),
+                                            ("customer", CustomerEmbeddingModel, "retrieval_top1")])
+def test_finetune_each_head_then_reload(bank, tmp_path, head, cls, key):
+    encoder = TransactionEncoder(TxnEncoderConfig.from_preset("lfm2_tiny", schema=bank.fitted))
+    trainer = finetune_head(bank, tmp_path, head, encoder if head == "forecast" else None, overrides=STEPS,
+                            recent_k=8 if head == "sequence" else None)
+    ev = trainer.state.last_eval
+    assert trainer.state.step == 2 and key in ev and math.isfinite(ev["loss"])
+    loaded = cls.from_pretrained(str(tmp_path / "checkpoints" / "step_000002")).eval()
+    trainer.model.eval()
+    w = trainer.source.windows["validation"]
+    ids, mask = torch.from_numpy(w.ids[:4]), torch.from_numpy(w.txn_mask[:4])
+    if head == "customer":
+        ids, mask = ids[:, 0], mask[:, 0]
+        torch.testing.assert_close(embed_windows(loaded, ids, mask), embed_windows(trainer.model, ids, mask),
+                                   rtol=0, atol=1e-6)
+    else:
+        a, b = loaded(input_ids=ids, attention_mask=mask).logits, trainer.model(input_ids=ids, attention_mask=mask).logits
+        for x, y in zip(*(v.values() if isinstance(v, dict) else [v] for v in (a, b))):
+            torch.testing.assert_close(x, y, rtol=0, atol=1e-6)
+    assert loaded.config.freeze_backbone is False
+    with pytest.raises(ValueError, match="unknown head"):
+        finetune_head(bank, tmp_path, "nope")
+
+
+def test_cli_finetune_head_option(bank_data, tmp_path, capsys):
+    export(bank_data, tmp_path / "bank", "parquet")
+    common = ["--data", str(tmp_path / "bank"), "--threads", "1", "--device", "cpu"]
+    assert main(["transactions", "finetune", *common, "--out", str(tmp_path / "seq"), "--head", "sequence",
+                 "--recent-k", "8", "max_steps=2", "batch_size=8", "progress=false"]) == 0
+    out = capsys.readouterr().out
+    assert "fine-tuned the sequence head 2 steps" in out and "pr_auc" in out
+    saved = json.loads((tmp_path / "seq" / "checkpoints" / "step_000002" / "config.json").read_text())
+    assert saved["sequence_recent_k"] == 8 and saved["pos_weight"] >= 1
+    assert main(["transactions", "finetune", *common, "--out", str(tmp_path / "x"), "--head", "sequence",
+                 "--recent-k", "0"]) == 2
+    assert "slmlab transactions: error: recent_k must be >= 1" in capsys.readouterr().err

@@ -53,6 +53,10 @@ def transactions_command(argv: list[str]) -> int:
                            help="repeat fraud windows to about this share of training windows (e.g. 0.5)")
             p.add_argument("--loss", default="bce", choices=("bce", "focal"), help="fraud loss (default bce)")
             p.add_argument("--focal-gamma", type=float, default=2.0, help="focusing exponent of --loss focal")
+            p.add_argument("--head", default="transaction", choices=("transaction", "sequence", "forecast", "customer"),
+                           help="transaction fraud (default), window fraud, next-transaction forecast, customer embedding")
+            p.add_argument("--recent-k", type=int, default=None,
+                           help="--head sequence: label a window by fraud among its K newest transactions")
         if name in ("evaluate", "score"):
             p.add_argument("--model", default=None, help="fine-tuned run folder (evaluate: omit for baselines only)")
             p.add_argument("--out", required=True, help="report folder (evaluate) or CSV file (score)")
@@ -139,6 +143,8 @@ def _finetune(args) -> int:
     encoder = _load(args.encoder, TransactionEncoder) if args.encoder else None
     schema = encoder.config.fitted_schema if encoder is not None else preset_schema(args.preset)
     bank = _load_bank(args, schema)
+    if args.head != "transaction":
+        return _finetune_head(args, bank, encoder, files, overrides)
     trainer = finetune(bank, args.out, encoder, args.preset, [f"device={args.device}", *overrides], args.linear_probe,
                        args.keep_negative, files=files, loss=args.loss, focal_gamma=args.focal_gamma,
                        fraud_share=args.fraud_share)
@@ -147,6 +153,20 @@ def _finetune(args) -> int:
     if trainer.state.best_step >= 0:
         print(f"best validation PR-AUC {trainer.state.best_acc:.4f} at step {trainer.state.best_step}"
               f" -> {Path(args.out, 'checkpoints', 'best')}")
+    return 0
+
+
+def _finetune_head(args, bank, encoder, files, overrides) -> int:
+    from ..transactions.training import finetune_head
+
+    trainer = finetune_head(bank, args.out, args.head, encoder, args.preset, [f"device={args.device}", *overrides],
+                            args.linear_probe, args.keep_negative, files=files, recent_k=args.recent_k,
+                            fraud_share=args.fraud_share)
+    ev = trainer.state.last_eval
+    print(f"fine-tuned the {args.head} head {trainer.state.step} steps -> {args.out}")
+    for key in sorted(ev):
+        if isinstance(ev[key], (int, float)):
+            print(f"  {key:<34} {ev[key]:.4f}")
     return 0
 
 

@@ -98,6 +98,9 @@ class CustomerEmbeddingModel(TxnPreTrainedModel):
                                                    len(self.encoder.feature_names))
         self.post_init()
         self.encoder.embedding.zero_pad_rows()
+        if config.freeze_backbone:
+            for p in self.encoder.parameters():
+                p.requires_grad_(False)
 
     @classmethod
     def from_encoder(cls, encoder: TransactionEncoder, **overrides) -> CustomerEmbeddingModel:
@@ -148,3 +151,64 @@ def embed_windows(model, ids: torch.Tensor, txn_mask: torch.Tensor | None = None
         return F.normalize(masked_mean(summary_states(hidden, ids.shape[-1]), mask), dim=-1)
     finally:
         model.train(was)
+
+
+def window_pairs(bank, T: int, split: str):
+    """Pairs of disjoint, adjacent windows of one customer: a :class:`~slmlab.transactions.windows.Windows`
+    whose arrays have a pair axis (``ids [N, 2, T, F]``, older window first).
+
+    ``train``: the customer's history up to the end of train (held-out customers excluded) cut into
+    back-to-back windows of ``T`` from the newest transaction, paired without reuse (each window in at
+    most one pair). ``validation``: per customer, the newest two windows ending at the end of
+    validation, kept when the newer one holds a validation transaction.
+    """
+    import numpy as np
+
+    from .windows import Windows, build_windows
+
+    cuts = bank.cuts
+    if split not in ("train", "validation"):
+        raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
+    enc = bank.encoded()
+    if split == "train":
+        enc = {c: v for c, v in enc.items() if c not in bank.holdout}
+        hi, lo = bank.count_before(cuts["train_end"]), None
+    else:
+        hi, lo = bank.count_before(cuts["val_end"]), bank.count_before(cuts["val_start"])
+    starts = bank.starts
+    w = build_windows(enc, T, T, row_offsets=starts, max_end=hi)
+    cust = bank.df["customer_id"].astype(str).to_numpy()[w.rows[:, -1]] if len(w) else np.zeros(0, str)
+    pairs = []
+    i = len(w) - 1
+    while i > 0:  # newest first; each window in at most one pair
+        if cust[i] == cust[i - 1]:
+            newest = i + 1 == len(w) or cust[i + 1] != cust[i]
+            if split == "train":
+                pairs.append((i - 1, i))
+            elif newest and w.rows[i, -1] - starts[cust[i]] + 1 > lo.get(cust[i], 0):
+                pairs.append((i - 1, i))
+            i -= 2
+        else:
+            i -= 1
+    idx = np.asarray(sorted(pairs), np.int64).reshape(-1, 2)
+    return Windows(*(getattr(w, f)[idx] for f in ("ids", "txn_mask", "labels", "rows", "score_from")))
+
+
+@torch.no_grad()
+def customer_eval(model, pairs, batch_size: int = 64) -> dict:
+    """InfoNCE over validation pairs (in batches of ``batch_size``, as in training) and retrieval
+    top-1 over all of them: the share of first windows whose nearest second window (cosine) is the
+    same customer's. ``acc`` repeats the retrieval top-1."""
+    device = next(model.parameters()).device
+    z1, z2 = [], []
+    for s in range(0, len(pairs), batch_size):
+        ids = torch.from_numpy(pairs.ids[s:s + batch_size]).to(device)
+        mask = torch.from_numpy(pairs.txn_mask[s:s + batch_size]).to(device)
+        z1.append(embed_windows(model, ids[:, 0], mask[:, 0]))
+        z2.append(embed_windows(model, ids[:, 1], mask[:, 1]))
+    tau = float(getattr(model.config, "customer_tau", 0.1))
+    losses = [float(info_nce(a, b, tau)) * len(a) for a, b in zip(z1, z2)]
+    a, b = torch.cat(z1), torch.cat(z2)
+    top1 = float(((a @ b.T).argmax(1) == torch.arange(len(a), device=device)).float().mean())
+    return {"loss": sum(losses) / max(len(a), 1), "retrieval_top1": top1, "acc": top1, "pairs": len(a),
+            "chance": 1.0 / max(len(a), 1)}

@@ -129,26 +129,33 @@ class TransactionWindows(DataSource):
     """Windows of a :class:`Bank` as a harness data source.
 
     Batches: ``input_ids`` int64 ``[B, T, F]``, ``attention_mask`` ``[B, T*F]`` (token level, so the
-    harness counts tokens), ``labels``: the ids again (``mode="pretrain"``) or ``[B, T]`` fraud labels
-    with -100 on padded / unknown rows (``mode="fraud"``).
+    harness counts tokens), ``labels``: the ids again (``mode="pretrain"`` and ``"forecast"``),
+    ``[B, T]`` fraud labels with -100 on padded / unknown rows (``mode="fraud"``), ``[B]`` window
+    labels (``mode="sequence"``, :func:`~slmlab.transactions.sequence.window_labels` with
+    ``recent_k``), or, for ``mode="customer"``, pair windows ``[B, 2, T, F]`` (mask ``[B, 2, T*F]``)
+    with unused zero labels ``[B]``.
 
     Args:
-        windows: ``split -> Windows`` (``train`` and ``validation``).
-        mode: ``pretrain`` or ``fraud``.
+        windows: ``split -> Windows`` (``train`` and ``validation``; pair windows for ``customer``).
+        mode: ``pretrain``, ``fraud``, ``sequence``, ``forecast`` or ``customer``.
+        recent_k: window label of ``sequence``: fraud among the ``recent_k`` newest transactions only.
     """
 
     is_synthetic = False
     splits = ("train", "validation")
 
-    def __init__(self, windows: dict[str, Windows], mode: str = "pretrain", name: str = "transactions") -> None:
-        if mode not in ("pretrain", "fraud"):
-            raise ValueError(f"mode must be 'pretrain' or 'fraud', got {mode!r}")
+    def __init__(self, windows: dict[str, Windows], mode: str = "pretrain", name: str = "transactions",
+                 recent_k: int | None = None) -> None:
+        modes = ("pretrain", "fraud", "sequence", "forecast", "customer")
+        if mode not in modes:
+            raise ValueError(f"mode must be one of {modes}, got {mode!r}")
         for split in self.splits:
             if split not in windows or len(windows[split]) == 0:
                 raise ValueError(f"no {split} windows; the bank is too small for its split (generate more days)")
-        self.windows, self.mode, self.name = windows, mode, name
+        self.windows, self.mode, self.name, self.recent_k = windows, mode, name, recent_k
+        self._labels = getattr(self, f"_labels_{mode}")
         w = windows["train"]
-        self.T, self.F = w.ids.shape[1], w.ids.shape[2]
+        self.T, self.F = w.ids.shape[-2], w.ids.shape[-1]
         self.seq_len = self.T * self.F
         self.min_vocab_size = int(w.ids.max()) + 1
 
@@ -159,13 +166,25 @@ class TransactionWindows(DataSource):
         w = self.windows[split]
         ids = torch.from_numpy(w.ids[rows])
         mask = torch.from_numpy(w.txn_mask[rows])
-        out = {"input_ids": ids, "attention_mask": mask.repeat_interleave(self.F, dim=1).long()}
-        if self.mode == "pretrain":
-            out["labels"] = ids.clone()
-        else:
-            lab = torch.from_numpy(w.labels[rows].astype(np.int64))
-            out["labels"] = torch.where(mask & (lab >= 0), lab, torch.full_like(lab, -100))
+        out = {"input_ids": ids, "attention_mask": mask.repeat_interleave(self.F, dim=-1).long()}
+        out["labels"] = self._labels(ids, mask, torch.from_numpy(w.labels[rows].astype(np.int64)))
         return out
+
+    def _labels_pretrain(self, ids, mask, lab):
+        return ids.clone()
+
+    _labels_forecast = _labels_pretrain
+
+    def _labels_fraud(self, ids, mask, lab):
+        return torch.where(mask & (lab >= 0), lab, torch.full_like(lab, -100))
+
+    def _labels_sequence(self, ids, mask, lab):
+        from .sequence import window_labels
+
+        return window_labels(lab, mask, self.recent_k)
+
+    def _labels_customer(self, ids, mask, lab):
+        return torch.zeros(len(ids), dtype=torch.long)
 
 
 # -- pretraining validation: per-feature CE against two unigram baselines ---------------------------

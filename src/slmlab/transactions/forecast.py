@@ -80,6 +80,9 @@ class NextTransactionModel(TxnPreTrainedModel):
         self.forecast_head = NextTransactionHead(config.backbone_config().hidden_size, vocab, schema.num_features)
         self.post_init()
         self.encoder.embedding.zero_pad_rows()
+        if config.freeze_backbone:
+            for p in self.encoder.parameters():
+                p.requires_grad_(False)
 
     @classmethod
     def from_encoder(cls, encoder: TransactionEncoder, **overrides) -> NextTransactionModel:

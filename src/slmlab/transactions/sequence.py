@@ -115,3 +115,33 @@ class SequenceFraudModel(TxnPreTrainedModel):
             per = self.loss_fn(logits, labels.clamp(min=0))
             loss = (per * valid).sum() / valid.sum().clamp(min=1)
         return SequenceOutput(loss=loss, logits=logits)
+
+
+@torch.no_grad()
+def sequence_eval(model: SequenceFraudModel, windows, recent_k: int | None = None, batch_size: int = 64) -> dict:
+    """Validation loss and window-level PR-AUC of ``model`` over ``windows`` (windows with a label);
+    ``acc`` repeats the PR-AUC (what the harness's ``keep_best`` selects on)."""
+    import numpy as np
+    from sklearn.metrics import average_precision_score
+
+    device = next(model.parameters()).device
+    was = model.training
+    model.eval()
+    ys, ps, loss_sum, n = [], [], 0.0, 0
+    for s in range(0, len(windows), batch_size):
+        ids = torch.from_numpy(windows.ids[s:s + batch_size]).to(device)
+        mask = torch.from_numpy(windows.txn_mask[s:s + batch_size]).to(device)
+        lab = window_labels(torch.from_numpy(windows.labels[s:s + batch_size].astype(np.int64)), mask.cpu(),
+                            recent_k).to(device)
+        out = model(input_ids=ids, attention_mask=mask, labels=lab)
+        valid = lab != IGNORE
+        k = int(valid.sum())
+        loss_sum += float(out.loss) * k
+        n += k
+        ys.append(lab[valid].cpu().numpy())
+        ps.append(out.logits[valid].float().cpu().numpy())
+    model.train(was)
+    y, p = np.concatenate(ys), np.concatenate(ps)
+    pr_auc = float(average_precision_score(y, p)) if y.sum() else math.nan
+    return {"loss": loss_sum / max(n, 1), "pr_auc": pr_auc, "acc": pr_auc, "windows": n,
+            "positive_rate": float(y.mean()) if len(y) else math.nan}

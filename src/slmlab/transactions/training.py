@@ -5,6 +5,8 @@ the harness's)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -134,5 +136,75 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     source = TransactionWindows(windows, "fraud")
     bs = cfg.eval_batch_size or cfg.batch_size
     trainer = Trainer(cfg, model, source, evaluator=lambda m, split: fraud_eval(m, windows[split], bs))
+    trainer.train()
+    return trainer
+
+
+# -- the downstream heads: window fraud, next-transaction forecast, customer embedding -------------------
+@dataclass
+class HeadTask:
+    """What fine-tuning one downstream head needs: its model class, training / validation windows, the
+    data source mode, config extras and ``evaluate(model, windows, batch_size) -> dict``."""
+
+    model_class: type
+    windows: dict
+    mode: str
+    config: dict
+    evaluate: Callable
+
+
+def _sequence_task(bank: Bank, T: int, recent_k: int | None, keep_negative: float, fraud_share: float,
+                   seed: int) -> HeadTask:
+    from .sequence import SequenceFraudModel, sequence_eval, window_labels
+
+    train_w = bank.windows(T, T // 2, "train", labels=bank.labels(bank.cuts["train_end"]))
+    y = window_labels(torch.from_numpy(train_w.labels.astype(np.int64)), torch.from_numpy(train_w.txn_mask), recent_k)
+    pos_weight = pos_weight_from_counts(int((y == 0).sum()), int((y == 1).sum()))
+    windows = {"train": balance_windows(train_w, keep_negative, fraud_share, seed),
+               "validation": bank.windows(T, T // 2, "validation", labels=bank.labels(bank.cuts["test_start"]))}
+    return HeadTask(SequenceFraudModel, windows, "sequence", {"pos_weight": pos_weight, "sequence_recent_k": recent_k},
+                    lambda m, w, bs: sequence_eval(m, w, recent_k, bs))
+
+
+def _forecast_task(bank: Bank, T: int, **_) -> HeadTask:
+    from .forecast import NextTransactionModel, forecast_eval
+
+    windows = {split: bank.windows(T, T // 2, split) for split in ("train", "validation")}
+    return HeadTask(NextTransactionModel, windows, "forecast", {}, forecast_eval)
+
+
+def _customer_task(bank: Bank, T: int, **_) -> HeadTask:
+    from .customer import CustomerEmbeddingModel, customer_eval, window_pairs
+
+    windows = {split: window_pairs(bank, T, split) for split in ("train", "validation")}
+    return HeadTask(CustomerEmbeddingModel, windows, "customer", {}, customer_eval)
+
+
+HEAD_TASKS = {"sequence": _sequence_task, "forecast": _forecast_task, "customer": _customer_task}
+
+
+def finetune_head(bank: Bank, out_dir: str | Path, head: str, encoder: TransactionEncoder | None = None,
+                  preset: str = "lfm2_tiny", overrides: list[str] = (), linear_probe: bool = False,
+                  keep_negative: float = 1.0, seed: int = 0, files: list[str] = (), recent_k: int | None = None,
+                  fraud_share: float = 0.0) -> Trainer:
+    """Fine-tune a downstream head (``sequence``, ``forecast`` or ``customer``) from ``encoder`` (else
+    from scratch); validation metrics come from the head's evaluation through the harness's
+    ``evaluator`` hook (``acc``: window PR-AUC, mean top-1 of the forecast, pair retrieval top-1).
+    ``recent_k``, ``keep_negative`` and ``fraud_share`` apply to ``sequence`` only."""
+    if head not in HEAD_TASKS:
+        raise ValueError(f"unknown head {head!r}; use one of transaction, {', '.join(HEAD_TASKS)}")
+    cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files)
+    torch.manual_seed(cfg.seed)
+    T = encoder.config.max_transactions if encoder is not None else TxnEncoderConfig.from_preset(preset).max_transactions
+    task = HEAD_TASKS[head](bank, T, recent_k=recent_k, keep_negative=keep_negative, fraud_share=fraud_share,
+                            seed=seed)
+    extra = {**task.config, "freeze_backbone": linear_probe}
+    if encoder is None:
+        model = task.model_class(TxnEncoderConfig.from_preset(preset, schema=bank.fitted, **extra))
+    else:
+        model = task.model_class.from_encoder(encoder, **extra)
+    source = TransactionWindows(task.windows, task.mode, recent_k=recent_k)
+    bs = cfg.eval_batch_size or cfg.batch_size
+    trainer = Trainer(cfg, model, source, evaluator=lambda m, split: task.evaluate(m, task.windows[split], bs))
     trainer.train()
     return trainer
