@@ -53,6 +53,10 @@ def transactions_command(argv: list[str]) -> int:
                            help="repeat fraud windows to about this share of training windows (e.g. 0.5)")
             p.add_argument("--loss", default="bce", choices=("bce", "focal"), help="fraud loss (default bce)")
             p.add_argument("--focal-gamma", type=float, default=2.0, help="focusing exponent of --loss focal")
+            p.add_argument("--head-inputs", default="state", choices=("state", "surprisal", "both"),
+                           help="fraud head inputs: the state, the pretrained heads' per-field surprisal, or both")
+            p.add_argument("--head-hidden", type=int, default=None,
+                           help="fraud head MLP width (0: logistic; default D/2 for state, 16 otherwise)")
             p.add_argument("--head", default="transaction", choices=("transaction", "sequence", "forecast", "customer"),
                            help="transaction fraud (default), window fraud, next-transaction forecast, customer embedding")
             p.add_argument("--recent-k", type=int, default=None,
@@ -147,7 +151,7 @@ def _finetune(args) -> int:
         return _finetune_head(args, bank, encoder, files, overrides)
     trainer = finetune(bank, args.out, encoder, args.preset, [f"device={args.device}", *overrides], args.linear_probe,
                        args.keep_negative, files=files, loss=args.loss, focal_gamma=args.focal_gamma,
-                       fraud_share=args.fraud_share)
+                       fraud_share=args.fraud_share, head_inputs=args.head_inputs, head_hidden=args.head_hidden)
     ev = trainer.state.last_eval
     print(f"fine-tuned {trainer.state.step} steps; validation PR-AUC {ev.get('pr_auc', float('nan')):.4f} -> {args.out}")
     if trainer.state.best_step >= 0:

@@ -7,7 +7,9 @@ which in real-time scoring comes after the score) and all earlier transactions. 
 ``pos_weight = min(30, sqrt(neg / pos))``, or the focal loss (the same weighted BCE scaled by
 ``(1 - p_t) ** gamma``, so confidently right transactions contribute little; Lin et al., "Focal Loss
 for Dense Object Detection", arXiv:1708.02002). ``freeze_backbone`` (linear-probe mode) freezes the
-embedding and the backbone at construction.
+embedding and the backbone at construction. The config's ``fraud_head_inputs`` chooses the head once:
+``state`` (this MLP on the state), ``surprisal`` or ``both`` (:class:`SurprisalFraudHead`: the
+pretrained heads' surprisal of each field before the score field, alone or with the state).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from .model import TransactionEncoder, TxnEncoderConfig, TxnPreTrainedModel, txn_mask_from
+from .surprisal import HEAD_INPUTS, SurprisalFraudHead
 
 IGNORE = -100
 
@@ -78,8 +81,9 @@ class TransactionFraudHead(nn.Module):
         inner = inner or hidden_size // 2
         self.mlp = nn.Sequential(nn.Linear(hidden_size, inner), nn.SiLU(), nn.Dropout(dropout), nn.Linear(inner, 1))
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``[B, T*F, D]`` -> logits ``[B, T]``."""
+    def forward(self, hidden: torch.Tensor, ids: torch.Tensor | None = None,
+                txn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T*F, D]`` -> logits ``[B, T]`` (``ids`` and ``txn_mask`` are not needed)."""
         return self.mlp(hidden[:, self.score_index::self.num_features]).squeeze(-1)
 
 
@@ -87,6 +91,20 @@ class TransactionFraudHead(nn.Module):
 class FraudOutput(ModelOutput):
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
+
+
+def fraud_head_from_config(config, encoder: TransactionEncoder) -> nn.Module:
+    """The config's fraud head: ``fraud_head_inputs`` ``state`` (default) -> :class:`TransactionFraudHead`,
+    ``surprisal`` / ``both`` -> :class:`SurprisalFraudHead` (``fraud_hidden`` 0: logistic, default 16)."""
+    inputs = getattr(config, "fraud_head_inputs", "state")
+    if inputs not in HEAD_INPUTS:
+        raise ValueError(f"fraud_head_inputs must be one of {HEAD_INPUTS}, got {inputs!r}")
+    d, nf = config.backbone_config().hidden_size, len(encoder.feature_names)
+    if inputs == "state":
+        return TransactionFraudHead(d, encoder.score_index, nf, config.fraud_hidden, config.fraud_dropout)
+    inner = 16 if config.fraud_hidden is None else config.fraud_hidden
+    return SurprisalFraudHead(encoder.lm_heads, encoder.embedding.vocab_sizes, d, encoder.score_index, nf, inputs,
+                              inner, config.fraud_dropout)
 
 
 class TransactionFraudModel(TxnPreTrainedModel):
@@ -98,9 +116,7 @@ class TransactionFraudModel(TxnPreTrainedModel):
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
         self.encoder = TransactionEncoder(config)
-        d = config.backbone_config().hidden_size
-        self.fraud_head = TransactionFraudHead(d, self.encoder.score_index, len(self.encoder.feature_names),
-                                               config.fraud_hidden, config.fraud_dropout)
+        self.fraud_head = fraud_head_from_config(config, self.encoder)
         self.loss_fn = fraud_loss_from_config(config)
         self.post_init()
         self.encoder.embedding.zero_pad_rows()
@@ -119,7 +135,7 @@ class TransactionFraudModel(TxnPreTrainedModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> FraudOutput:
         txn_mask = txn_mask_from(input_ids, attention_mask)
-        logits = self.fraud_head(self.encoder.backbone_forward(input_ids, txn_mask))
+        logits = self.fraud_head(self.encoder.backbone_forward(input_ids, txn_mask), input_ids, txn_mask)
         loss = None
         if labels is not None:
             valid = (labels != IGNORE) & txn_mask

@@ -111,10 +111,13 @@ def balance_windows(windows: Windows, keep_negative: float = 1.0, fraud_share: f
 
 def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None = None, preset: str = "lfm2_tiny",
              overrides: list[str] = (), linear_probe: bool = False, keep_negative: float = 1.0, seed: int = 0,
-             files: list[str] = (), loss: str = "bce", focal_gamma: float = 2.0, fraud_share: float = 0.0) -> Trainer:
+             files: list[str] = (), loss: str = "bce", focal_gamma: float = 2.0, fraud_share: float = 0.0,
+             head_inputs: str = "state", head_hidden: int | None = None) -> Trainer:
     """Fine-tune a fraud model (from ``encoder``, else from scratch) on training windows with labels
     known by the end of train, rebalanced by :func:`balance_windows` (``keep_negative``,
-    ``fraud_share``); ``loss`` is ``bce`` or ``focal`` (with ``focal_gamma``)."""
+    ``fraud_share``); ``loss`` is ``bce`` or ``focal`` (with ``focal_gamma``); ``head_inputs`` is
+    ``state``, ``surprisal`` or ``both`` (the fraud head's inputs) and ``head_hidden`` its MLP width
+    (0: a logistic head; default ``D // 2`` for ``state``, 16 otherwise)."""
     cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files)
     torch.manual_seed(cfg.seed)
     y_train = bank.labels(bank.cuts["train_end"])
@@ -123,7 +126,7 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     pos = int((y_train[train_rows] == 1).sum())
     neg = int((y_train[train_rows] == 0).sum())
     extra = {"pos_weight": pos_weight_from_counts(neg, pos), "freeze_backbone": linear_probe, "fraud_loss": loss,
-             "focal_gamma": focal_gamma}
+             "focal_gamma": focal_gamma, "fraud_head_inputs": head_inputs, "fraud_hidden": head_hidden}
     if encoder is None:
         config = TxnEncoderConfig.from_preset(preset, schema=bank.fitted, **extra)
         model = TransactionFraudModel(config)
