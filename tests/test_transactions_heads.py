@@ -202,21 +202,21 @@ def test_forecast_metrics_on_hand_made_logits():
     mask = torch.ones(1, 4, dtype=torch.bool)
     probs = torch.full((1, 4, 8), 0.5 / 7)
     probs[0, 1] = 0.05
-    probs[0, 2] = 0.39 / 6
+    probs[0, 2] = 0.01
     probs[0, 0, 5] = 0.5
-    probs[0, 1, 6], probs[0, 1, 4] = 0.4, 0.3
-    probs[0, 2, 4], probs[0, 2, 7] = 0.6, 0.01
+    probs[0, 1, 6], probs[0, 1, 4] = 0.42, 0.28
+    probs[0, 2, 2], probs[0, 2, 6], probs[0, 2, 7] = 0.45, 0.10, 0.40  # bimodal: argmax 2, median 6
     m = forecast_metrics({"amount": probs.log()}, ids, mask, {"amount": 1})
     close = dict(rel_tol=0, abs_tol=1e-5)
     assert m["n/amount"] == 3
-    assert math.isclose(m["amount/top1"], 1 / 3, **close) and math.isclose(m["amount/top5"], 2 / 3, **close)
-    assert math.isclose(m["amount/logloss"], -(math.log(0.5) + math.log(0.3) + math.log(0.01)) / 3, **close)
-    assert math.isclose(m["amount/abs_bucket_error"], (0 + 2 + 3) / 3, **close)
+    assert math.isclose(m["amount/top1"], 1 / 3, **close) and math.isclose(m["amount/top5"], 1.0, **close)
+    assert math.isclose(m["amount/logloss"], -(math.log(0.5) + math.log(0.28) + math.log(0.4)) / 3, **close)
+    assert math.isclose(m["amount/abs_bucket_error"], (0 + 2 + 1) / 3, **close)  # medians 5, 6, 6
     # history unigram: counts over rows 0..t, add-one over V = 8, ties to the lower id, PAD/MASK unranked
     assert math.isclose(m["history/amount/top1"], 1 / 3, **close)  # t1: 4 and 5 tie, 4 wins (right)
     assert math.isclose(m["history/amount/top5"], 2 / 3, **close)  # t0 ranks [4,2,3,5,6]; t2 misses 7
     assert math.isclose(m["history/amount/logloss"], (math.log(9) + math.log(5) + math.log(11)) / 3, **close)
-    assert math.isclose(m["history/amount/abs_bucket_error"], (1 + 0 + 3) / 3, **close)
+    assert math.isclose(m["history/amount/abs_bucket_error"], (1 + 0 + 3) / 3, **close)  # medians 4, 4, 4
     assert math.isclose(m["loss"], m["amount/logloss"], **close) and math.isclose(m["acc"], 1 / 3, **close)
 
 
