@@ -8,11 +8,11 @@ from pathlib import Path
 
 from ._common import command_parser, parse_overrides, split_items
 
-SUBCOMMANDS = ("generate", "pretrain", "finetune", "evaluate", "score", "audit")
+SUBCOMMANDS = ("generate", "pretrain", "finetune", "evaluate", "score", "audit", "demo")
 
 
 def transactions_command(argv: list[str]) -> int:
-    """Transaction encoder: generate | pretrain | finetune | evaluate | score | audit.
+    """Transaction encoder: generate | pretrain | finetune | evaluate | score | audit | demo.
 
     slmlab transactions generate --preset tiny --seed 0 --out data/bank --format parquet
     slmlab transactions pretrain --data data/bank --preset lfm2_tiny --out runs/txn max_steps=200
@@ -20,6 +20,7 @@ def transactions_command(argv: list[str]) -> int:
     slmlab transactions evaluate --data data/bank --model runs/txn-fraud --out reports/txn
     slmlab transactions score --data data/bank --model runs/txn-fraud --out scores.csv
     slmlab transactions audit --preset lfm2_small
+    slmlab transactions demo --quick   (or --checkpoint runs/txn-fraud --data data/bank)
     Trailing key=value words are run-config overrides, as for `slmlab train` (e.g. max_steps=3).
     See docs/transactions.md.
     """
@@ -68,9 +69,17 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--bootstrap", type=int, default=1000, help="customer resamples for the CIs")
     a = sub.add_parser("audit", help="print param_count() of a preset")
     a.add_argument("--preset", default="lfm2_small")
+    d = sub.add_parser("demo", help="the six-tab Gradio demo on 127.0.0.1 (extra `demo`)")
+    which = d.add_mutually_exclusive_group(required=True)
+    which.add_argument("--quick", action="store_true", help="generate the tiny bank and train lfm2_tiny first")
+    which.add_argument("--checkpoint", default=None, help="fine-tuned run folder holding schema.fitted.json")
+    d.add_argument("--data", default=None, help="bank folder (with --checkpoint; with --quick: where to write it)")
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--port", type=int, default=7860)
+    d.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = parser.parse_args(argv)
     return {"generate": _generate, "pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate,
-            "score": _score, "audit": _audit}[args.sub](args)
+            "score": _score, "audit": _audit, "demo": _demo}[args.sub](args)
 
 
 def _setup(args) -> str:
@@ -214,3 +223,29 @@ def _audit(args) -> int:
     print(json.dumps({"preset": args.preset, **model.param_count()}, indent=1))
     return 0
 
+
+def _demo(args) -> int:
+    import tempfile
+
+    from ..transactions.demo import load_state, quick_state
+    from ..transactions.demo_app import check_port, launch
+
+    _setup(args)
+    if args.threads:  # gradient boosting's OpenMP pool too (an oversubscribed pool stalls on shared cores)
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.threads)
+    check_port(args.host, args.port)  # before minutes of training
+    if args.quick:
+        work = Path(args.data) if args.data else Path(tempfile.mkdtemp(prefix="slmlab-demo-"))
+        state = quick_state(work)
+        t = state.timings
+        print(f"quick: generated the tiny bank in {t['generate_s']:.1f} s, trained lfm2_tiny in {t['train_s']:.1f} s"
+              f" (baselines and threshold {t['state_s']:.1f} s) -> {work}", flush=True)
+    else:
+        if not args.data:
+            raise ValueError("--checkpoint needs --data, the bank folder the demo shows")
+        state = load_state(args.checkpoint, args.data)
+    print(f"demo on http://{args.host}:{args.port} (Ctrl-C stops it)", flush=True)
+    launch(state, args.host, args.port)
+    return 0
