@@ -64,3 +64,91 @@ def score_transactions(model, df: pd.DataFrame, customers: pd.DataFrame | None =
     scores = score_bank(model, bank, since, batch_size, device)
     keep = ~np.isnan(scores)
     return pd.DataFrame({"transaction_id": sorted_df["transaction_id"].to_numpy()[keep], "score": scores[keep]})
+
+
+# -- one pass for the stacked model: fraud score and the customer embedding before each transaction --------
+def prefix_mean(states: torch.Tensor, txn_mask: torch.Tensor) -> torch.Tensor:
+    """Exclusive masked prefix mean: row ``t`` of the result is the mean of ``states[:, t']`` over the real
+    rows ``t' < t`` (zero where there is none).
+
+    Args:
+        states: ``[B, T, D]``; txn_mask: bool ``[B, T]``.
+    Returns:
+        ``[B, T, D]``.
+    """
+    m = txn_mask.to(states.dtype)[..., None]
+    x = states * m
+    total = torch.cumsum(x, 1) - x
+    count = torch.cumsum(m, 1) - m
+    return total / count.clamp(min=1.0)
+
+
+class PrefixEmbedding(torch.nn.Module):
+    """The customer embedding of each transaction from the transactions before it in its window.
+
+    The summary state of a transaction (the state at its last field, ``response_code``) has read the
+    whole transaction, including the issuer's decision, so the embedding of ``t`` averages the summary
+    states of the earlier real rows only (:func:`prefix_mean`), then projects and L2-normalises. The
+    projection is chosen once here: a model holding a trained ``CustomerEmbeddingHead`` (as
+    ``customer_head``) uses its ``Linear(D, dim)``; any other model the identity (``dim = D``, the masked
+    mean itself, as :func:`slmlab.transactions.customer.embed_windows` does without a trained head).
+    """
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        from .customer import CustomerEmbeddingHead
+
+        head = getattr(model, "customer_head", None)
+        self.proj = head.proj if isinstance(head, CustomerEmbeddingHead) else torch.nn.Identity()
+
+    def forward(self, hidden: torch.Tensor, txn_mask: torch.Tensor, num_features: int) -> torch.Tensor:
+        """``hidden [B, T*F, D]``, ``txn_mask [B, T]`` -> unit vectors ``[B, T, dim]`` (zero vectors for a
+        window's first real row under the identity projection)."""
+        from .customer import summary_states
+
+        pooled = prefix_mean(summary_states(hidden, num_features), txn_mask)
+        return torch.nn.functional.normalize(self.proj(pooled), dim=-1)
+
+
+@torch.no_grad()
+def score_embed_windows(model, windows: Windows, batch_size: int = 64, device: torch.device | str = "cpu",
+                        progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, scores, embeddings [n, dim])`` of each scored row of ``windows`` (each row once), from one
+    backbone pass per window: the fraud probability of ``model`` (a ``TransactionFraudModel``: ``encoder``
+    and ``fraud_head``) and the :class:`PrefixEmbedding` of the row. The scores equal
+    :func:`score_windows`'s."""
+    model.eval()
+    embed = PrefixEmbedding(model)
+    F = windows.ids.shape[2]
+    rows_out, scores_out, emb_out = [], [], []
+    pos = np.arange(windows.ids.shape[1])
+    starts = range(0, len(windows), batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc="scoring + embedding", unit="batch")
+    for s in starts:
+        ids = torch.from_numpy(windows.ids[s:s + batch_size]).to(device)
+        mask = torch.from_numpy(windows.txn_mask[s:s + batch_size]).to(device)
+        hidden = model.encoder.backbone_forward(ids, mask)
+        prob = torch.sigmoid(model.fraud_head(hidden, ids, mask).float()).cpu().numpy()
+        emb = embed(hidden, mask, F).float().cpu().numpy()
+        keep = (pos[None, :] >= windows.score_from[s:s + batch_size, None]) & windows.txn_mask[s:s + batch_size]
+        rows_out.append(windows.rows[s:s + batch_size][keep])
+        scores_out.append(prob[keep])
+        emb_out.append(emb[keep])
+    if not rows_out:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros((0, 0), np.float32)
+    return np.concatenate(rows_out), np.concatenate(scores_out), np.concatenate(emb_out)
+
+
+def score_embed_bank(model, bank: Bank, batch_size: int = 64, device="cpu",
+                     progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Scores ``[N]`` and prefix embeddings ``[N, dim]`` (float32) for every row of ``bank``, streaming."""
+    T = model.config.max_transactions
+    w = build_windows(bank.encoded(), T, T // 2, row_offsets=bank.starts)
+    rows, scores, emb = score_embed_windows(model, w, batch_size, device, progress)
+    out_s = np.full(len(bank.df), np.nan)
+    out_e = np.full((len(bank.df), emb.shape[1]), np.nan, np.float32)
+    out_s[rows], out_e[rows] = scores, emb
+    return out_s, out_e
