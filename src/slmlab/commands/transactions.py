@@ -58,6 +58,8 @@ def transactions_command(argv: list[str]) -> int:
                            help="fraud head inputs: the state, the pretrained heads' per-field surprisal, or both")
             p.add_argument("--head-hidden", type=int, default=None,
                            help="fraud head MLP width (0: logistic; default D/2 for state, 16 otherwise)")
+            p.add_argument("--label-fraction", type=float, default=1.0,
+                           help="keep the labels of this seeded random share of training customers (e.g. 0.1)")
             p.add_argument("--head", default="transaction", choices=("transaction", "sequence", "forecast", "customer"),
                            help="transaction fraud (default), window fraud, next-transaction forecast, customer embedding")
             p.add_argument("--recent-k", type=int, default=None,
@@ -160,7 +162,8 @@ def _finetune(args) -> int:
         return _finetune_head(args, bank, encoder, files, overrides)
     trainer = finetune(bank, args.out, encoder, args.preset, [f"device={args.device}", *overrides], args.linear_probe,
                        args.keep_negative, files=files, loss=args.loss, focal_gamma=args.focal_gamma,
-                       fraud_share=args.fraud_share, head_inputs=args.head_inputs, head_hidden=args.head_hidden)
+                       fraud_share=args.fraud_share, label_fraction=args.label_fraction,
+                       head_inputs=args.head_inputs, head_hidden=args.head_hidden)
     ev = trainer.state.last_eval
     print(f"fine-tuned {trainer.state.step} steps; validation PR-AUC {ev.get('pr_auc', float('nan')):.4f} -> {args.out}")
     if trainer.state.best_step >= 0:

@@ -109,20 +109,48 @@ def balance_windows(windows: Windows, keep_negative: float = 1.0, fraud_share: f
     return Windows(*(getattr(windows, f)[idx] for f in ("ids", "txn_mask", "labels", "rows", "score_from")))
 
 
+def label_customers(customers, fraction: float, seed: int = 0) -> set[str]:
+    """A seeded random ``max(1, round(fraction * n))`` of the ``n`` distinct ``customers`` (drawn from
+    their sorted list, so the choice depends only on the set, the fraction and the seed)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"label fraction must be in (0, 1], got {fraction!r}; pass e.g. 0.1 for 10% of the"
+                         " training customers")
+    uniq = np.array(sorted({str(c) for c in customers}))
+    k = max(1, round(fraction * len(uniq))) if len(uniq) else 0
+    return set(uniq[np.random.default_rng(seed).choice(len(uniq), k, replace=False)])
+
+
+def windows_of_customers(windows: Windows, bank: Bank, keep: set[str]) -> Windows:
+    """The windows whose customer (the one of its newest row) is in ``keep``."""
+    cust = bank.df["customer_id"].astype(str).to_numpy()[windows.rows[:, -1]]
+    idx = np.flatnonzero(np.isin(cust, list(keep)))
+    return Windows(*(getattr(windows, f)[idx] for f in ("ids", "txn_mask", "labels", "rows", "score_from")))
+
+
 def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None = None, preset: str = "lfm2_tiny",
              overrides: list[str] = (), linear_probe: bool = False, keep_negative: float = 1.0, seed: int = 0,
              files: list[str] = (), loss: str = "bce", focal_gamma: float = 2.0, fraud_share: float = 0.0,
-             head_inputs: str = "state", head_hidden: int | None = None) -> Trainer:
+             label_fraction: float = 1.0, head_inputs: str = "state", head_hidden: int | None = None) -> Trainer:
     """Fine-tune a fraud model (from ``encoder``, else from scratch) on training windows with labels
     known by the end of train, rebalanced by :func:`balance_windows` (``keep_negative``,
     ``fraud_share``); ``loss`` is ``bce`` or ``focal`` (with ``focal_gamma``); ``head_inputs`` is
     ``state``, ``surprisal`` or ``both`` (the fraud head's inputs) and ``head_hidden`` its MLP width
-    (0: a logistic head; default ``D // 2`` for ``state``, 16 otherwise)."""
+    (0: a logistic head; default ``D // 2`` for ``state``, 16 otherwise).
+
+    ``label_fraction`` < 1 keeps the labels of a seeded random share of the training customers
+    (:func:`label_customers` with ``seed``) and drops the other customers' training windows: their
+    labels are unknown in that setting, and windows whose labels are all ignored would add nothing to
+    the loss. ``pos_weight`` is counted over the kept customers; validation keeps all of its labels
+    (they only select and report)."""
     cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files)
     torch.manual_seed(cfg.seed)
     y_train = bank.labels(bank.cuts["train_end"])
     y_val = bank.labels(bank.cuts["test_start"])
     train_rows = bank.period_mask(None, bank.cuts["train_end"])
+    customers = bank.df["customer_id"].astype(str)
+    labelled = label_customers(set(customers[train_rows]) - {str(c) for c in bank.holdout}, label_fraction, seed)
+    if label_fraction < 1:
+        train_rows &= customers.isin(labelled).to_numpy()
     pos = int((y_train[train_rows] == 1).sum())
     neg = int((y_train[train_rows] == 0).sum())
     extra = {"pos_weight": pos_weight_from_counts(neg, pos), "freeze_backbone": linear_probe, "fraud_loss": loss,
@@ -134,6 +162,8 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
         model = TransactionFraudModel.from_encoder(encoder, **extra)
     T = model.config.max_transactions
     train_w = bank.windows(T, T // 2, "train", labels=y_train)
+    if label_fraction < 1:
+        train_w = windows_of_customers(train_w, bank, labelled)
     train_w = balance_windows(train_w, keep_negative, fraud_share, seed)
     windows = {"train": train_w, "validation": bank.windows(T, T // 2, "validation", labels=y_val)}
     source = TransactionWindows(windows, "fraud")
@@ -141,6 +171,24 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     trainer = Trainer(cfg, model, source, evaluator=lambda m, split: fraud_eval(m, windows[split], bs))
     trainer.train()
     return trainer
+
+
+def finetune_label_fraction_pair(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder,
+                                 label_fraction: float, overrides: list[str] = (), keep_negative: float = 1.0,
+                                 seed: int = 0, files: list[str] = ()) -> dict[str, TransactionFraudModel]:
+    """Does pretraining pay with few labels? Fine-tune twice with one recipe, budget and label subset:
+    from ``encoder`` (``lf_pretrained``, in ``out_dir/pretrained``) and from a freshly initialised
+    encoder of the same architecture and schema (``lf_scratch``, in ``out_dir/scratch``). Returns the
+    two trained models."""
+    label_customers([], label_fraction)  # validate before minutes of training
+    torch.manual_seed(seed)
+    scratch = TransactionEncoder(TxnEncoderConfig(**encoder.config.to_dict()))
+    out = {}
+    for name, enc in (("pretrained", encoder), ("scratch", scratch)):
+        trainer = finetune(bank, Path(out_dir, name), enc, overrides=overrides, keep_negative=keep_negative,
+                           seed=seed, files=files, label_fraction=label_fraction)
+        out[f"lf_{name}"] = trainer.model
+    return out
 
 
 # -- the downstream heads: window fraud, next-transaction forecast, customer embedding -------------------
