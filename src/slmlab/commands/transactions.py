@@ -69,6 +69,13 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--out", required=True, help="report folder (evaluate) or CSV file (score)")
         if name == "evaluate":
             p.add_argument("--bootstrap", type=int, default=1000, help="customer resamples for the CIs")
+            p.add_argument("--stacking", action="store_true",
+                           help="add HGB-rolling + the model's score + 16 PCA components of its customer embedding")
+            p.add_argument("--label-fraction", type=float, default=None,
+                           help="with --encoder: fine-tune pretrained and from scratch on this share of labels")
+            p.add_argument("--encoder", default=None, help="pretrained run folder for --label-fraction")
+            p.add_argument("--keep-negative", type=float, default=1.0, help="--label-fraction fine-tuning: as finetune's")
+            p.add_argument("items", nargs="*", help="--label-fraction fine-tuning: run-config overrides (max_steps=200)")
     a = sub.add_parser("audit", help="print param_count() of a preset")
     a.add_argument("--preset", default="lfm2_small")
     d = sub.add_parser("demo", help="the six-tab Gradio demo on 127.0.0.1 (extra `demo`)")
@@ -192,10 +199,33 @@ def _evaluate(args) -> int:
     from ..transactions.model import preset_schema
 
     device = _setup(args)
+    if args.stacking and not args.model:
+        raise ValueError("--stacking needs --model; pass a fine-tuned run folder")
+    if (args.label_fraction is None) != (args.encoder is None):
+        raise ValueError("--label-fraction and --encoder go together; pass both (e.g. --label-fraction 0.1"
+                         " --encoder runs/pre) or neither")
     model = _load(args.model, TransactionFraudModel).to(device) if args.model else None
     schema = model.config.fitted_schema if model is not None else preset_schema("lfm2_tiny")
-    bank = _load_bank(args, schema)
-    result = evaluate_models(bank, model, args.out, args.bootstrap, device=device, progress=True)
+    models, pairs = {}, []
+    if args.label_fraction is not None:
+        from ..transactions.model import TransactionEncoder
+        from ..transactions.training import finetune_label_fraction_pair, label_customers
+
+        label_customers([], args.label_fraction)  # fail before loading anything
+        encoder = _load(args.encoder, TransactionEncoder)
+        if model is not None and encoder.config.schema != model.config.schema:
+            raise ValueError("--encoder and --model hold different fitted schemas; pass the encoder the model was"
+                             " fine-tuned from")
+        schema = encoder.config.fitted_schema
+        files, overrides = split_items(args.items)
+        bank = _load_bank(args, schema)
+        models = finetune_label_fraction_pair(bank, Path(args.out, "label_fraction"), encoder, args.label_fraction,
+                                              [f"device={args.device}", *overrides], args.keep_negative, files=files)
+        pairs = [("lf_pretrained", "lf_scratch")]
+    else:
+        bank = _load_bank(args, schema)
+    result = evaluate_models(bank, model, args.out, args.bootstrap, device=device, progress=True,
+                             stacking=args.stacking, models=models, pairs=pairs)
     print(Path(args.out, "report.md").read_text())
     return 0 if result else 1
 

@@ -103,25 +103,32 @@ def point_metrics(y: np.ndarray, s: np.ndarray, w: np.ndarray | None = None) -> 
 
 def bootstrap(y: np.ndarray, scores: dict[str, np.ndarray], customers: np.ndarray, n: int = 1000, seed: int = 0,
               pairs: list[tuple[str, str]] = ()) -> dict:
-    """95% CIs of PR-AUC and ROC-AUC per model and of paired differences, resampling customers."""
-    from sklearn.metrics import average_precision_score, roc_auc_score
+    """95% CIs of PR-AUC, ROC-AUC and recall at 0.1% FPR per model and of paired differences (``a - b``:
+    ``pr_auc`` CI and ``mean``, ``recall_at_fpr_0.1pct`` CI and ``recall_mean``), resampling customers.
+    ROC-AUC and the recall come from one weighted ROC curve per resample."""
+    from sklearn.metrics import auc, average_precision_score, roc_curve
 
     codes, uniq = pd.factorize(customers)
     rng = np.random.default_rng(seed)
-    draws = {name: {"pr_auc": [], "roc_auc": []} for name in scores}
+    draws = {name: {"pr_auc": [], "roc_auc": [], "recall_at_fpr_0.1pct": []} for name in scores}
     for _ in range(n):
         w = np.bincount(rng.integers(0, len(uniq), len(uniq)), minlength=len(uniq))[codes].astype(float)
         if (w * y).sum() == 0 or (w * (1 - y)).sum() == 0:
             continue
         for name, s in scores.items():
             draws[name]["pr_auc"].append(average_precision_score(y, s, sample_weight=w))
-            draws[name]["roc_auc"].append(roc_auc_score(y, s, sample_weight=w))
+            fpr, tpr, _ = roc_curve(y, s, sample_weight=w)
+            draws[name]["roc_auc"].append(auc(fpr, tpr))
+            draws[name]["recall_at_fpr_0.1pct"].append(float(tpr[fpr <= 0.001].max()) if (fpr <= 0.001).any() else 0.0)
     out = {}
     for name, d in draws.items():
         out[name] = {m: _ci(v) for m, v in d.items()}
     for a, b in pairs:
         diff = np.array(draws[a]["pr_auc"]) - np.array(draws[b]["pr_auc"])
-        out[f"{a} - {b}"] = {"pr_auc": _ci(diff), "mean": float(diff.mean()) if len(diff) else float("nan")}
+        rdiff = np.array(draws[a]["recall_at_fpr_0.1pct"]) - np.array(draws[b]["recall_at_fpr_0.1pct"])
+        out[f"{a} - {b}"] = {"pr_auc": _ci(diff), "mean": float(diff.mean()) if len(diff) else float("nan"),
+                             "recall_at_fpr_0.1pct": _ci(rdiff),
+                             "recall_mean": float(rdiff.mean()) if len(rdiff) else float("nan")}
     out["resamples"] = len(next(iter(draws.values()))["pr_auc"]) if draws else 0
     return out
 
@@ -135,31 +142,57 @@ HGB_VARIANTS = {"hgb_raw": {"rolling": False}, "hgb_rolling": {"rolling": True},
                 "hgb_rolling_risk": {"rolling": True, "risk": True}}
 
 
-def hgb_scores(bank: Bank, rolling: bool, risk: bool = False) -> tuple[np.ndarray, dict]:
+def hgb_split(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(fit_rows, y_fit, select_rows, y_select)``: training-period rows (held-out customers excluded)
+    with labels known by the end of train, and validation rows with labels known by the start of test."""
+    train = bank.period_mask(None, bank.cuts["train_end"])
+    if bank.holdout:
+        train &= ~bank.df["customer_id"].isin(bank.holdout).to_numpy()
+    y_tr = bank.labels(bank.cuts["train_end"])
+    y_va = bank.labels(bank.cuts["test_start"])
+    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
+    tr_rows = np.flatnonzero(train & (y_tr >= 0))
+    va_rows = np.flatnonzero(val & (y_va >= 0))
+    return tr_rows, y_tr[tr_rows], va_rows, y_va[va_rows]
+
+
+def hgb_scores(bank: Bank, rolling: bool, risk: bool = False, extra: pd.DataFrame | None = None,
+               split=hgb_split) -> tuple[np.ndarray, dict]:
     """Scores of HGB (B0 raw fields, with rolling features, and with merchant risk as well) for every
-    row; fit on train rows with labels known by the end of train, iteration count chosen on validation."""
+    row; fit on the rows of ``split(bank)`` (default :func:`hgb_split`: train rows with labels known by
+    the end of train), iteration count chosen on its selection rows (validation). ``extra``: columns
+    appended to the features (one row per bank row; the stacked model's)."""
     t0 = time.perf_counter()
     df = bank.df
     train = bank.period_mask(None, bank.cuts["train_end"])
     if bank.holdout:
         train &= ~df["customer_id"].isin(bank.holdout).to_numpy()
     X = build_features(df, derive_distance(bank), rolling=rolling, freq_rows=train, risk=risk)
+    if extra is not None:
+        X = pd.concat([X, extra.set_axis(X.index)], axis=1)
     t_feat = time.perf_counter() - t0
-    y_tr = bank.labels(bank.cuts["train_end"])
-    y_va = bank.labels(bank.cuts["test_start"])
-    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
-    tr_rows = np.flatnonzero(train & (y_tr >= 0))
-    va_rows = np.flatnonzero(val & (y_va >= 0))
-    model, n_iter = fit_hgb(X.iloc[tr_rows], y_tr[tr_rows], X.iloc[va_rows], y_va[va_rows])
+    tr_rows, y_tr, va_rows, y_va = split(bank)
+    model, n_iter = fit_hgb(X.iloc[tr_rows], y_tr, X.iloc[va_rows], y_va)
     scores = predict_at(model, X, n_iter)
     return scores, {"features": list(X.columns), "n_iter": int(n_iter), "feature_seconds": t_feat,
+                    "fit_rows": int(len(tr_rows)), "fit_frauds": int((y_tr == 1).sum()),
                     "total_seconds": time.perf_counter() - t0}
 
 
 def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = None, n_boot: int = 1000,
-                    device="cpu", extra: dict | None = None, progress: bool = False) -> dict:
+                    device="cpu", extra: dict | None = None, progress: bool = False, stacking: bool = False,
+                    models: dict | None = None, pairs: list[tuple[str, str]] = ()) -> dict:
     """Score the test period with every model, compute the metrics and write the report folder
-    (``report.md``, ``metrics.json``, ``pr_curve.png``). Returns the metrics dict."""
+    (``report.md``, ``metrics.json``, ``pr_curve.png``). Returns the metrics dict.
+
+    Args:
+        stacking: also the stacked models of :mod:`slmlab.transactions.stacking` (needs ``fraud_model``;
+            its scores then come from the same one-pass scoring of every row).
+        models: further fraud models (name -> model) scored like ``fraud_model``, e.g. the
+            label-fraction pair; ``pairs``: further paired differences to bootstrap.
+    """
+    if stacking and fraud_model is None:
+        raise ValueError("stacking needs the fine-tuned fraud model; pass --model (a fine-tuned run folder)")
     df = bank.df
     test = bank.period_mask(bank.cuts["test_start"], None)
     val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
@@ -170,10 +203,25 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
     for name, kw in HGB_VARIANTS.items():
         all_scores[name], info[name] = hgb_scores(bank, **kw)
         timings[name] = info[name]["total_seconds"]
-    if fraud_model is not None:
+    if fraud_model is not None and stacking:
+        from .score import score_embed_bank
+        from .stacking import stacked_scores
+
+        t0 = time.perf_counter()
+        all_scores["sequence"], emb = score_embed_bank(fraud_model, bank, device=device, progress=progress)
+        timings["sequence_scoring_all_rows"] = time.perf_counter() - t0
+        stacked, stack_info = stacked_scores(bank, all_scores["sequence"], emb)
+        all_scores.update(stacked)
+        info.update(stack_info)
+        timings.update({k: v["total_seconds"] for k, v in stack_info.items()})
+    elif fraud_model is not None:
         t0 = time.perf_counter()
         all_scores["sequence"] = score_bank(fraud_model, bank, bank.cuts["val_start"], device=device, progress=progress)
         timings["sequence_scoring"] = time.perf_counter() - t0
+    for name, m in (models or {}).items():
+        t0 = time.perf_counter()
+        all_scores[name] = score_bank(m, bank, bank.cuts["val_start"], device=device, progress=progress)
+        timings[f"{name}_scoring"] = time.perf_counter() - t0
     y_all = df["is_fraud"].fillna(0).to_numpy().astype(int)
     y = y_all[test]
     y_val = bank.labels(bank.cuts["test_start"])
@@ -195,15 +243,57 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
             m["detection_delay"] = detection_delay(df["fraud_case_id"].astype(str).to_numpy()[test][fr], ftype[test][fr],
                                                    df["timestamp"].to_numpy()[test][fr], alert[fr])
         result["models"][name] = m
-    pairs = [("sequence", "hgb_rolling"), ("sequence", "hgb_raw")] if fraud_model is not None else []
-    pairs += [("hgb_rolling", "hgb_raw"), ("hgb_rolling_risk", "hgb_rolling")]
+    seq_pairs = [("sequence", "hgb_rolling"), ("sequence", "hgb_raw")] if fraud_model is not None else []
+    pairs = [*seq_pairs, ("hgb_rolling", "hgb_raw"), ("hgb_rolling_risk", "hgb_rolling"),
+             *[(name, "hgb_rolling") for name in all_scores if name.startswith("stacked")], *pairs]
     result["bootstrap"] = bootstrap(y, {k: v[test] for k, v in all_scores.items()}, df["customer_id"].to_numpy()[test],
                                     n_boot, pairs=pairs)
     result["hgb"] = {k: {kk: vv for kk, vv in v.items() if kk != "features"} for k, v in info.items()}
     result.update(extra or {})
+    result["criteria"] = usefulness_criteria(result)
     if out_dir is not None:
         write_report(result, {k: v[test] for k, v in all_scores.items()}, y, Path(out_dir))
     return result
+
+
+def _criterion(result: dict, name: str, a: str, b: str, rule: str, min_pr: float, need_ci: bool,
+               min_recall: float | None = None) -> dict | None:
+    """One criterion on the paired difference ``a - b``: the point differences on the whole test set,
+    their bootstrap CIs, and whether ``rule`` is met."""
+    models, boot = result["models"], result["bootstrap"]
+    key = f"{a} - {b}"
+    if a not in models or b not in models or key not in boot:
+        return None
+    d_pr = models[a]["pr_auc"] - models[b]["pr_auc"]
+    d_rec = models[a]["recall_at_fpr_0.1pct"] - models[b]["recall_at_fpr_0.1pct"]
+    ci, rci = boot[key]["pr_auc"], boot[key].get("recall_at_fpr_0.1pct", [float("nan")] * 2)
+    met = d_pr >= min_pr and (ci[0] > 0 or not need_ci)
+    if min_recall is not None:
+        met = met or d_rec >= min_recall
+    return {"criterion": name, "difference": key, "rule": rule, "pr_auc_diff": float(d_pr), "pr_auc_ci": ci,
+            "recall_0.1pct_diff": float(d_rec), "recall_0.1pct_ci": rci, "met": bool(met)}
+
+
+def usefulness_criteria(result: dict) -> list[dict]:
+    """When the sequence model counts as useful, on the test set with paired customer-bootstrap CIs:
+
+    1. parity: sequence - HGB-rolling PR-AUC >= -0.01;
+    2. useful: stacked - HGB-rolling PR-AUC >= 0.03 with the CI excluding 0, or recall at 0.1% FPR
+       >= 0.05 (for each stacked variant present);
+    3. strong: sequence - HGB-rolling PR-AUC >= 0.03 with the CI excluding 0;
+    4. pretraining pays: with a fraction of the labels, pretrained - from-scratch PR-AUC >= 0.05.
+
+    Criteria whose models were not evaluated are left out.
+    """
+    out = [_criterion(result, "1 parity", "sequence", "hgb_rolling", "PR-AUC diff >= -0.01", -0.01, False)]
+    for name in result["models"]:
+        if name.startswith("stacked"):
+            out.append(_criterion(result, f"2 useful ({name})", name, "hgb_rolling",
+                                  "PR-AUC diff >= 0.03 with CI > 0, or recall@0.1%FPR diff >= 0.05", 0.03, True, 0.05))
+    out.append(_criterion(result, "3 strong", "sequence", "hgb_rolling", "PR-AUC diff >= 0.03 with CI > 0", 0.03, True))
+    out.append(_criterion(result, "4 pretraining pays", "lf_pretrained", "lf_scratch", "PR-AUC diff >= 0.05", 0.05,
+                          False))
+    return [c for c in out if c is not None]
 
 
 def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out: Path) -> None:
@@ -222,7 +312,18 @@ def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out
     lines += ["", "Paired PR-AUC differences (same customer resamples):", ""]
     for key, v in boot.items():
         if " - " in key:
-            lines.append(f"- {key}: mean {v['mean']:+.3f}, 95% CI [{v['pr_auc'][0]:+.3f}, {v['pr_auc'][1]:+.3f}]")
+            r = v.get("recall_at_fpr_0.1pct", [float("nan")] * 2)
+            lines.append(f"- {key}: mean {v['mean']:+.3f}, 95% CI [{v['pr_auc'][0]:+.3f}, {v['pr_auc'][1]:+.3f}];"
+                         f" recall@0.1%FPR mean {v.get('recall_mean', float('nan')):+.3f}, [{r[0]:+.3f}, {r[1]:+.3f}]")
+    if result.get("criteria"):
+        lines += ["", "When the sequence model counts as useful (differences on the whole test set, paired 95% CIs):",
+                  "", "| criterion | difference | rule | PR-AUC diff [CI] | recall@0.1%FPR diff [CI] | met |",
+                  "|---|---|---|---|---|---|"]
+        for c in result["criteria"]:
+            ci, rci = c["pr_auc_ci"], c["recall_0.1pct_ci"]
+            lines.append(f"| {c['criterion']} | {c['difference']} | {c['rule']} | {c['pr_auc_diff']:+.3f}"
+                         f" [{ci[0]:+.3f}, {ci[1]:+.3f}] | {c['recall_0.1pct_diff']:+.3f} [{rci[0]:+.3f}, {rci[1]:+.3f}]"
+                         f" | {'met' if c['met'] else 'not met'} |")
     lines += ["", "At the validation 1%-FPR threshold: per-pattern recall and amount-weighted recall:", ""]
     for name, m in result["models"].items():
         lines.append(f"- {name}: " + ", ".join(f"{p} {r:.2f}" for p, r in m["per_pattern_recall"].items())
