@@ -85,7 +85,8 @@ def transactions_command(argv: list[str]) -> int:
     d.add_argument("--data", default=None, help="bank folder (with --checkpoint; with --quick: where to write it)")
     d.add_argument("--host", default="127.0.0.1")
     d.add_argument("--port", type=int, default=7860)
-    d.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    d.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (0 = torch's default) and gradient boosting's (0 = 1)")
     args = parser.parse_args(argv)
     return {"generate": _generate, "pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate,
             "score": _score, "audit": _audit, "demo": _demo}[args.sub](args)
@@ -264,10 +265,10 @@ def _demo(args) -> int:
     from ..transactions.demo_app import check_port, launch
 
     _setup(args)
-    if args.threads:  # gradient boosting's OpenMP pool too (an oversubscribed pool stalls on shared cores)
-        from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits
 
-        threadpool_limits(args.threads)
+    # the demo's gradient-boosting fits are small; a full OpenMP pool on busy cores stalls them for minutes
+    threadpool_limits(args.threads or 1)
     check_port(args.host, args.port)  # before minutes of training
     if args.quick:
         work = Path(args.data) if args.data else Path(tempfile.mkdtemp(prefix="slmlab-demo-"))
