@@ -10,9 +10,17 @@ over- and under-fitting show as curves. ``--extra rolling`` adds the HGB rolling
 (log-scaled, standardised on training rows, missing flags) through a linear map to the state the
 fraud head reads: does handing the network the engineered aggregates close the gap?
 
+``surprisal``: one streaming pass of the frozen pretrained encoder over every window (training
+windows: all that hold a fraud plus ``--sample`` of the others, weighted back) caches, per scored
+row, the surprisal of each field before the score field and the score-position state
+(``--cache``, an ``.npz``), then fits small heads on them with scikit-learn (logistic regressions
+with strong L2, HGB) and prints test PR-AUC / ROC-AUC on every test transaction: how far the
+unsupervised anomaly inputs go with the frozen encoder, and the best head on the same information.
+
     .venv/bin/python benchmarks/diagnose_transactions.py hgb-window --data bank --encoder pre --K 15
+    .venv/bin/python benchmarks/diagnose_transactions.py surprisal --data bank --encoder pre --cache s.npz
     .venv/bin/python benchmarks/diagnose_transactions.py finetune --data bank --encoder pre --steps 300 \\
-        --fraud-share 0.5 [--extra rolling] [--scratch]
+        --fraud-share 0.5 [--extra rolling] [--scratch] [--head-inputs surprisal|both --head-hidden 0]
 """
 
 from __future__ import annotations
@@ -90,7 +98,7 @@ def finetune(bank, encoder: TransactionEncoder, args) -> None:
     y_all = bank.df["is_fraud"].fillna(0).to_numpy().astype(np.int8)
     tr = bank.period_mask(None, bank.cuts["train_end"])
     over = {"pos_weight": pos_weight_from_counts(int((y_tr[tr] == 0).sum()), int((y_tr[tr] == 1).sum())),
-            "fraud_loss": args.loss}
+            "fraud_loss": args.loss, "fraud_head_inputs": args.head_inputs, "fraud_hidden": args.head_hidden}
     if args.scratch:
         model = TransactionFraudModel(TxnEncoderConfig(**{**encoder.config.to_dict(), **over}))
     else:
@@ -103,7 +111,7 @@ def finetune(bank, encoder: TransactionEncoder, args) -> None:
     def logits(ids, mask, rows):
         h = model.encoder.backbone_forward(torch.from_numpy(ids), torch.from_numpy(mask))
         if extra is None:
-            return model.fraud_head(h)
+            return model.fraud_head(h, torch.from_numpy(ids), torch.from_numpy(mask))
         return model.fraud_head.mlp(h[:, k::F] + model.extra_proj(torch.from_numpy(extra[rows]))).squeeze(-1)
 
     def eval_set(since, until, labels):
@@ -145,7 +153,7 @@ def finetune(bank, encoder: TransactionEncoder, args) -> None:
     enc_p = [p for n, p in model.named_parameters() if n.startswith("encoder.")]
     head_p = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
     opt = torch.optim.AdamW([{"params": enc_p, "lr": args.lr * args.encoder_lr_scale}, {"params": head_p, "lr": args.lr}],
-                            weight_decay=0.01)
+                            weight_decay=args.weight_decay)
     peaks = [g["lr"] for g in opt.param_groups]
     print(json.dumps({"train_windows": len(trw), "fraud_windows": len(pos_w), **vars(args)}, default=str), flush=True)
     t0 = time.perf_counter()
@@ -170,9 +178,128 @@ def finetune(bank, encoder: TransactionEncoder, args) -> None:
             print(json.dumps(row), flush=True)
 
 
+@torch.no_grad()
+def surprisal_cache(bank, encoder: TransactionEncoder, args) -> dict:
+    """Per scored row: surprisal ``[n, score_index]`` (nats), state ``[n, D]``, weight, row index."""
+    from slmlab.transactions.surprisal import field_surprisal
+
+    rng = np.random.default_rng(args.seed)
+    T, F, k = encoder.config.max_transactions, len(encoder.feature_names), encoder.score_index
+    w = build_windows(bank.encoded(), T, T // 2, row_offsets=bank.starts)
+    y_all = bank.df["is_fraud"].fillna(0).to_numpy().astype(np.int8)
+    train = bank.period_mask(None, bank.cuts["train_end"])
+    end_row = w.rows[:, -1]
+    has = (np.where(w.rows >= 0, y_all[np.maximum(w.rows, 0)], 0) == 1).any(1)
+    in_train = train[end_row]
+    keep = ~in_train | has | (rng.random(len(w)) < args.sample)
+    weight = np.where(in_train & ~has, 1 / args.sample, 1.0)
+    idx = np.flatnonzero(keep)
+    encoder.eval()
+    out = {"rows": [], "surprisal": [], "state": [], "weight": []}
+    t0 = time.perf_counter()
+    for s in range(0, len(idx), 128):
+        b = idx[s:s + 128]
+        ids, mask = torch.from_numpy(w.ids[b]), torch.from_numpy(w.txn_mask[b])
+        h = encoder.backbone_forward(ids, mask)
+        sur = field_surprisal(encoder.lm_heads, h, ids, mask, k).numpy()
+        st = h[:, k::F].float().numpy()
+        scored = (np.arange(T)[None] >= w.score_from[b, None]) & w.txn_mask[b]
+        out["rows"].append(w.rows[b][scored])
+        out["surprisal"].append(sur[scored])
+        out["state"].append(st[scored])
+        out["weight"].append(np.broadcast_to(weight[b, None], scored.shape)[scored])
+    res = {name: np.concatenate(v) for name, v in out.items()}
+    print(f"surprisal cache: {len(idx):,} of {len(w):,} windows, {len(res['rows']):,} rows, "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return res
+
+
+def surprisal_heads(bank, encoder: TransactionEncoder, args) -> None:
+    """Small heads on the cached surprisal / state inputs; test metrics on every test transaction."""
+    from pathlib import Path
+
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import average_precision_score, roc_auc_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if args.cache and Path(args.cache).exists():
+        c = dict(np.load(args.cache))
+    else:
+        c = surprisal_cache(bank, encoder, args)
+        if args.cache:
+            np.savez(args.cache, **c)
+    rows = c["rows"]
+    period = {"train": bank.period_mask(None, bank.cuts["train_end"]),
+              "val": bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"]),
+              "test": bank.period_mask(bank.cuts["test_start"], None)}
+    labels = {"train": bank.labels(bank.cuts["train_end"]), "val": bank.labels(bank.cuts["test_start"]),
+              "test": bank.df["is_fraud"].fillna(0).to_numpy().astype(np.int8)}
+    sel = {}
+    for name in period:
+        m = period[name][rows] & (labels[name][rows] >= 0)
+        sel[name] = (m, labels[name][rows][m])
+    ntest = int(period["test"].sum())
+    assert sel["test"][0].sum() == ntest, "every test transaction must be scored once"
+    scale = np.log(np.asarray(encoder.embedding.vocab_sizes[:encoder.score_index], dtype=np.float64))
+    inputs = {"surprisal": c["surprisal"] / scale, "state": c["state"],
+              "both": np.c_[c["surprisal"] / scale, c["state"]]}
+    names = list(encoder.feature_names[:encoder.score_index])
+    ytr = sel["train"][1]
+    print(json.dumps({"train_rows": int(sel["train"][0].sum()), "train_frauds": int(ytr.sum()),
+                      "val_frauds": int(sel["val"][1].sum()), "test_rows": ntest,
+                      "test_frauds": int(sel["test"][1].sum())}), flush=True)
+    for name in ("surprisal", "state"):
+        x = inputs[name] if name == "surprisal" else None
+        if x is not None:  # which fields are surprising on frauds (test, medians)
+            m, y = sel["test"]
+            med = {f: [round(float(np.median(x[m][y == v, i])), 2) for v in (0, 1)] for i, f in enumerate(names)}
+            print(json.dumps({"median scaled surprisal on test, legit vs fraud": med}), flush=True)
+
+    def report(label, make, x):
+        t0 = time.perf_counter()
+        best = None
+        for param, model in make():
+            m, y = sel["train"]
+            model.fit(x[m], y, **({"logisticregression__sample_weight": c["weight"][m]}
+                                  if hasattr(model, "steps") else {"sample_weight": c["weight"][m]}))
+            pv = model.predict_proba(x[sel["val"][0]])[:, 1]
+            val = average_precision_score(sel["val"][1], pv, sample_weight=c["weight"][sel["val"][0]])
+            pt = model.predict_proba(x[sel["test"][0]])[:, 1]
+            test = (average_precision_score(sel["test"][1], pt), roc_auc_score(sel["test"][1], pt))
+            print(json.dumps({"head": label, "param": param, "val_pr_auc": round(val, 4),
+                              "test_pr_auc": round(test[0], 4), "test_roc_auc": round(test[1], 4)}), flush=True)
+            if best is None or val > best[0]:
+                best = (val, param, test, pt)
+        ci = {}
+        if args.bootstrap:  # the same customer resamples as `evaluate` (seed 0, test rows in bank order)
+            m = sel["test"][0]
+            b = evaluation.bootstrap(sel["test"][1], {"s": best[3]}, bank.df["customer_id"].to_numpy()[rows[m]],
+                                     args.bootstrap)
+            ci = {"test_pr_auc_ci": [round(v, 3) for v in b["s"]["pr_auc"]]}
+        print(json.dumps({"head": label, "chosen_by_val": best[1], "test_pr_auc": round(best[2][0], 4), **ci,
+                          "test_roc_auc": round(best[2][1], 4), "seconds": round(time.perf_counter() - t0)}),
+              flush=True)
+
+    def logistic():
+        for C in (0.001, 0.01, 0.1, 1.0):
+            yield C, make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
+
+    def hgb():
+        for leaf in (50, 200):
+            yield leaf, HistGradientBoostingClassifier(learning_rate=0.05, max_iter=300, max_leaf_nodes=31,
+                                                       min_samples_leaf=leaf, l2_regularization=1.0, random_state=0)
+
+    heads = {"logistic": logistic, "hgb": hgb}
+    for name in args.inputs.split(","):
+        for head in args.heads.split(","):
+            report(f"{head} on {name}", heads[head], inputs[name])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("hgb-window", "finetune"))
+    p.add_argument("what", choices=("hgb-window", "finetune", "surprisal"))
     p.add_argument("--data", required=True, help="a bank folder")
     p.add_argument("--encoder", required=True, help="a pretrained encoder run (its fitted schema is used)")
     p.add_argument("--K", type=int, default=15)
@@ -183,9 +310,18 @@ def main() -> None:
     p.add_argument("--fraud-share", type=float, default=0.5, help="share of each batch drawn from fraud windows")
     p.add_argument("--loss", default="bce", choices=("bce", "focal"))
     p.add_argument("--extra", default="", choices=("", "rolling"))
+    p.add_argument("--head-inputs", default="state", choices=("state", "surprisal", "both"),
+                   help="finetune: the fraud head's inputs (as finetune --head-inputs)")
+    p.add_argument("--head-hidden", type=int, default=None, help="finetune: head MLP width (0: logistic)")
+    p.add_argument("--weight-decay", type=float, default=0.01, help="finetune: AdamW weight decay")
     p.add_argument("--scratch", action="store_true", help="random encoder weights instead of the pretrained ones")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sample", type=float, default=0.3, help="surprisal: share of fraud-free training windows")
+    p.add_argument("--cache", default="", help="surprisal: .npz of the encoder pass (written, or read if present)")
+    p.add_argument("--inputs", default="surprisal,both,state", help="surprisal: comma-separated input sets")
+    p.add_argument("--heads", default="logistic,hgb", help="surprisal: comma-separated heads")
+    p.add_argument("--bootstrap", type=int, default=0, help="surprisal: customer resamples for a test CI")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -194,6 +330,8 @@ def main() -> None:
     bank = prepare_bank(data.transactions, encoder.config.fitted_schema, data.customers)
     if args.what == "hgb-window":
         hgb_window(bank, args.K)
+    elif args.what == "surprisal":
+        surprisal_heads(bank, encoder, args)
     else:
         finetune(bank, encoder, args)
 
