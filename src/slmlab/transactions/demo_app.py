@@ -73,8 +73,8 @@ def build_app(state: DemoState):
             with gr.Tab("Data", id="data", elem_id="tab-data"):
                 highlight = gr.Checkbox(False, label="highlight ground-truth fraud", elem_id="highlight")
                 with gr.Row():
-                    map_plot = gr.Plot(label="card-present locations vs home")
-                    hour_plot = gr.Plot(label="local hour of day")
+                    map_plot = gr.Plot(label="card-present locations vs home", show_label=False)
+                    hour_plot = gr.Plot(label="local hour of day", show_label=False)
                 data_table = gr.Dataframe(label="last 64 transactions (raw values and decoded tokens)",
                                           elem_id="data-table", max_height=420, wrap=False)
             with gr.Tab("Next transaction", id="next", elem_id="tab-next"):
@@ -94,7 +94,7 @@ def build_app(state: DemoState):
                     score_btn = gr.Button("score history", elem_id="score", variant="primary")
                     spree_btns = [gr.Button(f"inject {k.replace('_', ' ')}", elem_id=f"inject-{k}") for k in SPREES]
                     reset_btn = gr.Button("remove injected", elem_id="reset")
-                timeline = gr.Plot(label="score timeline")
+                timeline = gr.Plot(label="score timeline", show_label=False)
                 score_table = gr.Dataframe(label="scores of the last 64 transactions", elem_id="score-table",
                                            max_height=360, wrap=False)
                 occl_btn = gr.Button("occlusion attribution (top 5)", elem_id="occlusion")
@@ -103,13 +103,13 @@ def build_app(state: DemoState):
             with gr.Tab("Customer similarity", id="similarity", elem_id="tab-similarity"):
                 sim_btn = gr.Button("embed customers", elem_id="embed", variant="primary")
                 with gr.Row():
-                    pca_plot = gr.Plot(label="PCA of customer embeddings")
+                    pca_plot = gr.Plot(label="PCA of customer embeddings", show_label=False)
                     with gr.Column():
                         knn = gr.Markdown("", elem_id="knn")
                         neighbours = gr.Dataframe(label="nearest neighbours (cosine)", elem_id="neighbours")
             with gr.Tab("Baselines", id="baselines", elem_id="tab-baselines"):
                 base = baselines_view(state)
-                gr.Plot(base.fig, label="test-period precision-recall")
+                gr.Plot(base.fig, label="test-period precision-recall", show_label=False)
                 gr.Dataframe(base.table.round(3) if not base.table.empty else base.table, elem_id="baselines-table",
                              label="PR-AUC and per-pattern recall at each model's validation 1%-FPR threshold")
                 if base.message:
@@ -120,7 +120,7 @@ def build_app(state: DemoState):
                     gr.Dataframe(mv.layers, label="layer order")
                     gr.Dataframe(mv.params, label="param_count()")
                 with gr.Row():
-                    gr.Dataframe(mv.schema, label="schema (vocabulary sizes include 4 special ids)")
+                    gr.Dataframe(mv.schema, label="schema (vocabulary sizes include 4 special ids)", max_height=640)
                     gr.Dataframe(mv.amount_edges.round(2), label="fitted amount bins")
 
         def on_data(cid, hl, inj):
