@@ -27,7 +27,7 @@ def state(tmp_path_factory):
     torch.manual_seed(0)
     with threadpool_limits(1):  # gradient boosting's OpenMP pool stalls when oversubscribed
         return demo.quick_state(tmp_path_factory.mktemp("demo"), pretrain_steps=3, finetune_steps=3,
-                                synth_overrides=BANK, batch_size=8)
+                                synth_overrides=BANK, batch_size=8, stacked=False)  # stacked: its own slow test
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,16 @@ def test_quick_state_scores_and_writes_a_checkpoint(state):
         assert s.shape == state.test_y.shape and np.all((s >= 0) & (s <= 1))
     assert (state.paths["checkpoint"] / "schema.fitted.json").is_file()
     assert (state.paths["bank"] / "manifest.json").is_file()
+
+
+@pytest.mark.slow
+def test_stacked_model_scores_every_row(state):
+    pytest.importorskip("slmlab.transactions.stacking")
+    with threadpool_limits(1):
+        out = demo.stacked_model_scores(state.model, state.bank)
+    assert list(out) == ["stacked"]
+    s = out["stacked"]
+    assert s.shape == (len(state.bank.df),) and np.all((s >= 0) & (s <= 1))
 
 
 @pytest.mark.slow
@@ -170,7 +180,7 @@ def test_baselines_and_model_views(state):
     if b.message:  # no test-period fraud in this bank
         assert b.table.empty
     else:
-        assert list(b.table["model"]) == ["hgb_raw", "hgb_rolling", "sequence"]
+        assert list(b.table["model"]) == list(state.test_scores)
         rec = b.table.filter(like="recall ").to_numpy()
         assert rec.shape[1] >= 1 and np.all((rec >= 0) & (rec <= 1))
         assert np.all((b.table["pr_auc"] >= 0) & (b.table["pr_auc"] <= 1))

@@ -21,7 +21,7 @@ Tabs and what their functions compute:
    window, 2-D PCA coloured by archetype, cosine nearest neighbours, leave-one-out kNN archetype
    accuracy.
 5. Baselines (:func:`baselines_view`): test-period PR curves of gradient boosting on raw fields, on
-   rolling features, and the sequence model; per-pattern recall at each model's validation 1%-FPR
+   rolling features, the sequence model and the stacked model; per-pattern recall at each model's validation 1%-FPR
    threshold.
 6. Model and schema (:func:`model_view`): layer order, ``param_count()``, vocabulary sizes, fitted
    amount bin edges.
@@ -67,7 +67,8 @@ class DemoState:
         model: the fine-tuned :class:`TransactionFraudModel` (eval mode).
         bank: the encoded bank (temporal split cuts, customers table).
         threshold: the score at which validation FPR is <= 1% (the alert line).
-        test_scores: model name -> test-period scores (``hgb_raw``, ``hgb_rolling``, ``sequence``).
+        test_scores: model name -> test-period scores (``hgb_raw``, ``hgb_rolling``, ``sequence`` and,
+            when :mod:`slmlab.transactions.stacking` is present, ``stacked``).
         test_y: test-period labels; test_type: their ``fraud_type`` ("nan" for legit rows).
         thresholds: model name -> its validation 1%-FPR threshold.
         synth: the generator config of the bank when known (needed to inject sprees), else None.
@@ -118,9 +119,11 @@ class DemoState:
 
 
 # -- building the state ----------------------------------------------------------------------------
-def build_state(model: TransactionFraudModel, bank: Bank, synth=None, baselines: bool = True) -> DemoState:
-    """Score validation and test with the model and (``baselines``) both gradient-boosting baselines,
-    and fix each model's validation 1%-FPR threshold.
+def build_state(model: TransactionFraudModel, bank: Bank, synth=None, baselines: bool = True,
+                stacked: bool = True) -> DemoState:
+    """Score validation and test with the model, (``baselines``) both gradient-boosting baselines and
+    (``stacked``, with the baselines) the stacked model, and fix each model's validation 1%-FPR
+    threshold.
 
     The baselines are fitted as in evaluation (train labels known by the end of train). The
     thresholds use the validation labels known by the end of the data: the demo looks back at a
@@ -136,12 +139,27 @@ def build_state(model: TransactionFraudModel, bank: Bank, synth=None, baselines:
     scores = {"hgb_raw": hgb_scores(bank, rolling=False)[0], "hgb_rolling": hgb_scores(bank, rolling=True)[0]} \
         if baselines else {}
     scores["sequence"] = score_bank(model, bank, bank.cuts["val_start"])
+    if baselines and stacked:
+        scores.update(stacked_model_scores(model, bank))
     thresholds = {name: (threshold_at_fpr(y_val[val_ok], s[val_ok], 0.01) if y_val[val_ok].any() else float("inf"))
                   for name, s in scores.items()}
     y = df["is_fraud"].fillna(0).to_numpy().astype(int) if "is_fraud" in df else np.zeros(len(df), int)
     ftype = df["fraud_type"].astype(str).to_numpy() if "fraud_type" in df else np.full(len(df), "nan")
     return DemoState(model, bank, thresholds["sequence"], {k: v[test] for k, v in scores.items()}, y[test],
                      ftype[test], thresholds, synth, timings={"state_s": time.perf_counter() - t0})
+
+
+def stacked_model_scores(model: TransactionFraudModel, bank: Bank) -> dict[str, np.ndarray]:
+    """``{"stacked": scores [N]}``: gradient boosting on the rolling features plus the sequence
+    model's streaming score plus 16 principal components of the customer embedding, fitted on the
+    training period (:mod:`slmlab.transactions.stacking`); empty when that module is not installed."""
+    try:
+        from .score import score_embed_bank
+        from .stacking import STACK_FITS, stacked_scores
+    except ImportError:
+        return {}
+    seq, emb = score_embed_bank(model, bank)
+    return stacked_scores(bank, seq, emb, {"stacked": STACK_FITS["stacked"]})[0]
 
 
 def load_state(checkpoint: str | Path, data: str | Path, baselines: bool = True) -> DemoState:
@@ -175,7 +193,7 @@ def load_state(checkpoint: str | Path, data: str | Path, baselines: bool = True)
 
 
 def quick_state(work_dir: str | Path, pretrain_steps: int = 60, finetune_steps: int = 60,
-                synth_overrides: dict | None = None, batch_size: int = 32) -> DemoState:
+                synth_overrides: dict | None = None, batch_size: int = 32, stacked: bool = True) -> DemoState:
     """Generate the ``tiny`` bank into ``work_dir/bank``, pretrain ``lfm2_tiny`` and fine-tune the
     fraud head (``work_dir/pretrain``, ``work_dir/finetune``, which gets ``schema.fitted.json`` so
     ``--checkpoint work_dir/finetune`` reloads it). ``timings`` holds ``generate_s`` and ``train_s``."""
@@ -199,7 +217,7 @@ def quick_state(work_dir: str | Path, pretrain_steps: int = 60, finetune_steps: 
     model.save_pretrained(work / "finetune")
     bank.fitted.save(work / "finetune")
     t_train = time.perf_counter() - t1
-    state = build_state(model, bank, cfg)
+    state = build_state(model, bank, cfg, stacked=stacked)
     state.timings.update(generate_s=t_gen, train_s=t_train)
     state.paths.update(bank=work / "bank", checkpoint=work / "finetune")
     return state
