@@ -1,5 +1,6 @@
 """The stacked model: gradient boosting on the rolling features plus the sequence model's streaming fraud
-score plus 16 principal components of a customer embedding (docs/transactions.md, "Stacking").
+score plus 16 principal components of a customer embedding (docs/transactions.md, "Stacking, few
+labels, and when the sequence model counts as useful").
 
 Inputs per transaction ``t`` (one backbone pass per streaming window, :func:`score.score_embed_bank`):
 
