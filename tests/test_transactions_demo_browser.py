@@ -1,7 +1,8 @@
 """End to end: the demo served by `slmlab transactions demo` in a subprocess, driven by Debian's
 headless chromium through Selenium, with every non-local host unresolvable (the page must work
 offline and request nothing from the network). Screenshots of the six tabs go to the folder named by
-``SLMLAB_DEMO_SCREENSHOTS`` when it is set."""
+``SLMLAB_DEMO_SCREENSHOTS`` when it is set; ``SLMLAB_DEMO_CHECKPOINT`` and ``SLMLAB_DEMO_DATA`` serve a
+trained checkpoint and its bank instead of the few-step one made here."""
 
 from __future__ import annotations
 
@@ -61,7 +62,13 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 300) -> None:
 def served(tmp_path_factory):
     work = tmp_path_factory.mktemp("demo-browser")
     with threadpool_limits(1):  # gradient boosting's OpenMP pool stalls when oversubscribed
-        state = demo.quick_state(work, pretrain_steps=3, finetune_steps=3, synth_overrides=BANK, batch_size=8)
+        if os.environ.get("SLMLAB_DEMO_CHECKPOINT"):  # a trained checkpoint, e.g. for the docs' screenshots
+            state = demo.load_state(os.environ["SLMLAB_DEMO_CHECKPOINT"], os.environ["SLMLAB_DEMO_DATA"],
+                                    baselines=False)
+            state.paths.update(checkpoint=os.environ["SLMLAB_DEMO_CHECKPOINT"], bank=os.environ["SLMLAB_DEMO_DATA"])
+        else:
+            state = demo.quick_state(work, pretrain_steps=3, finetune_steps=3, synth_overrides=BANK, batch_size=8,
+                                     stacked=False)  # the served process scores its own
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "slmlab.cli", "transactions", "demo", "--checkpoint",

@@ -53,7 +53,8 @@ def _styled(table, rows: list[int]):
     """The table with its fraudulent rows tinted (a pandas Styler, which Gradio renders)."""
     if not rows or table.empty:
         return table
-    return table.style.apply(lambda r: ["background-color: #f8c9c4" if r.name in rows else "" for _ in r], axis=1)
+    tint = table.style.apply(lambda r: ["background-color: #f8c9c4" if r.name in rows else "" for _ in r], axis=1)
+    return tint.format(precision=2, na_rep="")
 
 
 def build_app(state: DemoState):
