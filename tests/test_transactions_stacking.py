@@ -144,6 +144,12 @@ def test_stacking_end_to_end_on_the_tiny_bank(bank, model, tmp_path, monkeypatch
     with pytest.raises(ValueError, match="one row per bank row"):
         stacked_scores(bank, scores[:10], emb)
 
+
+@pytest.mark.slow
+def test_stacking_in_the_report_with_paired_differences(bank, model, tmp_path, monkeypatch):
+    from slmlab.transactions import baseline
+
+    monkeypatch.setitem(baseline.HGB_PARAMS, "max_iter", 30)
     result = evaluate_models(bank, model, tmp_path, n_boot=20, stacking=True)
     assert {"stacked", "stacked_val", "sequence"} <= set(result["models"])
     saved = json.loads((tmp_path / "metrics.json").read_text())
