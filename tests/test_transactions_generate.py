@@ -43,13 +43,15 @@ def history(bank):
 
 def reference_greedy(model, history: torch.Tensor, fixed: dict[int, int] | None = None):
     """By hand: the last T-1 rows + a MASK row, then per field the argmax of head f at position
-    (T-1)*F + f - 1 over ids other than PAD/MASK/UNK; returns (ids, per-field probabilities)."""
+    (T-1)*F + f - 1 over ids other than PAD/MASK/UNK and the ids the fit left unassigned; returns
+    (ids, per-field probabilities)."""
     T, F = model.config.max_transactions, history.shape[-1]
     window = torch.cat([history[-(T - 1):], torch.full((1, F), MASK)])[None].clone()
     chosen, probs = [], []
     for f in range(F):
         logits = model.per_feature_logits(window)[f][0, (T - 1) * F + f - 1].clone()
         logits[[PAD, MASK, UNK]] = float("-inf")
+        logits[model.config.fitted_schema.num_assigned(f):] = float("-inf")
         p = torch.softmax(logits, -1)
         probs.append(p)
         tok = (fixed or {}).get(f, int(p.argmax()))
@@ -75,15 +77,29 @@ def test_temperature_zero_is_deterministic_and_the_head_by_head_argmax(model, hi
 def test_topk_sorted_sums_at_most_one_and_never_specials(model, history):
     top = next_transaction_topk(model, history, k=7)
     assert len(top) == 15
-    for t, v in zip(top, model.embedding.vocab_sizes):
+    fitted = model.config.fitted_schema
+    for f, t in enumerate(top):
         probs = [p for _, p in t]
-        assert len(t) == min(7, v - 3) and probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-6
+        assert len(t) == min(7, fitted.num_assigned(f) - 3) and probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-6
         assert all(0 <= p <= 1 for p in probs) and not {i for i, _ in t} & {PAD, MASK, UNK}
     g = torch.Generator().manual_seed(0)
     out = generate_next_transaction(model, history, n_samples=24, temperature=2.0, generator=g)
     assert not torch.isin(out.ids, torch.tensor([PAD, MASK, UNK])).any()
-    limits = torch.tensor(model.embedding.vocab_sizes)
+    limits = torch.tensor([fitted.num_assigned(f) for f in range(15)])
     assert bool((out.ids < limits).all())
+    assert not any("unused id" in v for row in out.rows for v in row.values())
+
+
+def test_num_assigned_is_where_decoding_stops_naming_values(model):
+    fitted = model.config.fitted_schema
+    short = 0
+    for f, v in enumerate(model.embedding.vocab_sizes):
+        n = fitted.num_assigned(f)
+        assert 4 < n <= v and "unused id" not in fitted.decode(f, n - 1)
+        if n < v:
+            short += 1
+            assert "unused id" in fitted.decode(f, n)
+    assert short >= 1  # the tiny bank leaves some vocabulary unfilled (mcc's top-k, device ids)
 
 
 def test_fixed_fields_are_forced_and_condition_the_later_fields(model, history):

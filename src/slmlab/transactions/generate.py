@@ -12,7 +12,9 @@ Placement: the history is laid out as in training windows, newest transaction at
 transactions are dropped. Each field costs one backbone pass over the whole window (naive recompute,
 no cache): ``F`` passes of ``T*F`` tokens per new transaction, a few ms for ``lfm2_tiny``.
 
-Special ids: PAD (0) and MASK (1) are never produced. UNK (2, "a value outside the fitted
+Ids that the fitted schema never assigned (a vocabulary with fewer distinct training values than its
+``top_k``, quantile bins lost to duplicate edges) are never produced. Special ids: PAD (0) and MASK (1)
+are never produced. UNK (2, "a value outside the fitted
 vocabulary") is never produced either: it names no value a reader could act on. NONE (3, "not
 applicable", e.g. no device on a card-present payment) is a real state and is kept. The excluded ids
 get probability zero and the rest are renormalised, so reported probabilities are those of the
@@ -99,6 +101,9 @@ def _field_logits(enc: TransactionEncoder, ids: torch.Tensor, mask: torch.Tensor
     hidden = enc.backbone_forward(ids, mask)[:, pos]
     logits = enc.lm_heads._logits(hidden, f).float()
     logits[:, list(EXCLUDED_IDS)] = float("-inf")
+    fitted = enc.config.fitted_schema
+    if fitted is not None:  # ids the fit never assigned name no value
+        logits[:, fitted.num_assigned(f):] = float("-inf")
     return logits
 
 
@@ -132,7 +137,7 @@ def next_transaction_topk(model, history: torch.Tensor, fixed: dict[str, int] | 
     try:
         for f in range(ids.shape[-1]):
             probs = torch.softmax(_field_logits(enc, ids, mask, f), -1)[0]
-            p, i = probs.topk(min(k, probs.numel() - len(EXCLUDED_IDS)))
+            p, i = probs.topk(min(k, int((probs > 0).sum())))
             out.append([(int(a), float(b)) for a, b in zip(i, p)])
             ids[0, -1, f] = forced.get(f, int(probs.argmax()))
     finally:

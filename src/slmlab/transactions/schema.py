@@ -393,6 +393,17 @@ class FittedSchema:
         return split_by_customer(sorted_df["customer_id"].to_numpy(), ids)
 
     # -- decoding -------------------------------------------------------------------------------
+    def num_assigned(self, f_index: int) -> int:
+        """Ids ``[0, n)`` of feature ``f_index`` name a value (or a special). The ids from ``n`` up to the
+        vocabulary size were left unassigned by the fit (fewer distinct training values than ``top_k``,
+        or duplicate quantile edges dropped); no row ever encodes to them."""
+        f = self.schema.features[f_index]
+        if f.kind == "vocab":
+            return FIRST_REAL + len(self.fitted[f.name]["values"])
+        if f.kind == "quantile":
+            return FIRST_REAL + int(bool(f.encoding.get("zero_token"))) + len(self.fitted[f.name]["edges"]) + 1
+        return f.vocab_size
+
     def decode(self, f_index: int, token: int) -> str:
         """A readable value for id ``token`` of feature ``f_index`` (a bin range for numeric features)."""
         f = self.schema.features[f_index]
