@@ -124,6 +124,30 @@ def test_window_source_batches_and_exact_pretraining_resume(bank, tmp_path):
     assert {"loss", "ce/merchant_id", "unigram/merchant_id", "history/merchant_id"} <= set(ev)
 
 
+def test_max_transactions_reaches_pretrain_finetune_and_scorer(bank_data, bank, tmp_path, monkeypatch):
+    import slmlab.transactions.score as score_mod
+
+    export(bank_data, tmp_path / "bank", "csv")
+    common = ["--data", str(tmp_path / "bank"), "--threads", "1", "--device", "cpu"]
+    steps = ["max_steps=2", "batch_size=4", "progress=false"]
+    assert main(["transactions", "pretrain", *common, "--max-transactions", "32", "--out", str(tmp_path / "pre"),
+                 *steps]) == 0
+    pre = json.loads((tmp_path / "pre" / "checkpoints" / "step_000002" / "config.json").read_text())
+    assert pre["max_transactions"] == 32
+    assert main(["transactions", "finetune", *common, "--encoder", str(tmp_path / "pre"), "--out",
+                 str(tmp_path / "ft"), *steps]) == 0
+    model = TransactionFraudModel.from_pretrained(str(tmp_path / "ft" / "checkpoints" / "step_000002"))
+    assert model.config.max_transactions == 32
+    seen = []
+    real = score_mod.build_windows
+    monkeypatch.setattr(score_mod, "build_windows", lambda enc, T, stride, **kw: seen.append((T, stride))
+                        or real(enc, T, stride, **kw))
+    score_bank(model, bank, bank.cuts["test_start"])
+    assert seen == [(32, 16)]
+    default = pretrain(bank, "lfm2_tiny", tmp_path / "d", ["max_steps=1", "progress=false", "device=cpu"])
+    assert default.model.config.max_transactions == 16  # the preset's window when the option is absent
+
+
 # -- scoring and evaluation ------------------------------------------------------------------------------
 def test_streaming_scorer_scores_each_transaction_once(bank_data):
     few = bank_data.transactions[bank_data.transactions.customer_id.isin([f"C{i:06d}" for i in range(12)])]

@@ -46,6 +46,8 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("items", nargs="*", help="run-config YAML files and key=value overrides")
         if name == "pretrain":
             p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+            p.add_argument("--max-transactions", type=int, default=None,
+                           help="window length T in transactions (default: the preset's, 16 for lfm2_tiny)")
         if name == "finetune":
             p.add_argument("--encoder", default=None, help="pretrained run folder (default: from scratch)")
             p.add_argument("--linear-probe", action="store_true", help="freeze embedding and backbone")
@@ -148,7 +150,7 @@ def _pretrain(args) -> int:
     files, overrides = split_items(args.items)
     bank = _load_bank(args, preset_schema(args.preset))
     trainer = pretrain(bank, args.preset, args.out, [f"device={args.device}", *overrides], resume=args.resume,
-                       files=files)
+                       files=files, max_transactions=args.max_transactions)
     ev = trainer.state.last_eval
     print(f"pretrained {trainer.state.step} steps; validation CE {ev.get('loss', float('nan')):.4f} -> {args.out}")
     for name in trainer.model.feature_names:

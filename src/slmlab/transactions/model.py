@@ -114,8 +114,8 @@ class TxnEncoderConfig(PretrainedConfig):
         preset = PRESETS[name]
         if schema is None:
             schema = preset_schema(name)
-        return cls(backbone=dict(preset["backbone"]), schema=schema, max_transactions=preset["num_transactions"],
-                   **overrides)
+        overrides.setdefault("max_transactions", preset["num_transactions"])
+        return cls(backbone=dict(preset["backbone"]), schema=schema, **overrides)
 
 
 def preset_schema(name: str, path: str | Path | None = None) -> SchemaConfig:

@@ -32,12 +32,16 @@ def _run_config(defaults: dict, out_dir: str | Path, overrides: list[str], files
 
 
 def pretrain(bank: Bank, preset: str, out_dir: str | Path, overrides: list[str] = (), resume: bool = False,
-             model: TransactionEncoder | None = None, files: list[str] = ()) -> Trainer:
+             model: TransactionEncoder | None = None, files: list[str] = (),
+             max_transactions: int | None = None) -> Trainer:
     """Pretrain an encoder of ``preset`` on the bank's training windows (stride ``T // 2``);
-    validation reports per-feature CE against the training and customer-history unigrams."""
+    validation reports per-feature CE against the training and customer-history unigrams.
+    ``max_transactions`` sets the window length ``T`` (default: the preset's); fine-tuning and
+    scoring read ``T`` back from the saved encoder config."""
     cfg = _run_config(PRETRAIN_DEFAULTS, out_dir, overrides, files)
     torch.manual_seed(cfg.seed)
-    model = model or TransactionEncoder(TxnEncoderConfig.from_preset(preset, schema=bank.fitted))
+    length = {} if max_transactions is None else {"max_transactions": max_transactions}
+    model = model or TransactionEncoder(TxnEncoderConfig.from_preset(preset, schema=bank.fitted, **length))
     T = model.config.max_transactions
     windows = {"train": bank.windows(T, T // 2, "train"), "validation": bank.windows(T, T // 2, "validation")}
     source = TransactionWindows(windows, "pretrain")
