@@ -25,7 +25,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from .generate import encoder_of
-from .model import TransactionEncoder, TxnEncoderConfig, TxnPreTrainedModel, txn_mask_from
+from .model import TransactionEncoder, TxnEncoderConfig, TxnHeadModel, txn_mask_from
 
 
 def summary_states(hidden: torch.Tensor, num_features: int) -> torch.Tensor:
@@ -81,7 +81,7 @@ class CustomerOutput(ModelOutput):
     embeddings: torch.Tensor | None = None
 
 
-class CustomerEmbeddingModel(TxnPreTrainedModel):
+class CustomerEmbeddingModel(TxnHeadModel):
     """:class:`TransactionEncoder` (as ``encoder``) + :class:`CustomerEmbeddingHead`.
 
     ``forward(input_ids)`` with ``[B, T, F]`` ids returns embeddings ``[B, dim]``; with a pair batch
@@ -96,18 +96,7 @@ class CustomerEmbeddingModel(TxnPreTrainedModel):
         self.tau = float(getattr(config, "customer_tau", 0.1))
         self.customer_head = CustomerEmbeddingHead(d, int(getattr(config, "customer_dim", 128)),
                                                    len(self.encoder.feature_names))
-        self.post_init()
-        self.encoder.embedding.zero_pad_rows()
-        if config.freeze_backbone:
-            for p in self.encoder.parameters():
-                p.requires_grad_(False)
-
-    @classmethod
-    def from_encoder(cls, encoder: TransactionEncoder, **overrides) -> CustomerEmbeddingModel:
-        """A customer model whose encoder starts from ``encoder``'s weights."""
-        model = cls(TxnEncoderConfig(**{**encoder.config.to_dict(), **overrides}))
-        model.encoder.load_state_dict(encoder.state_dict())
-        return model
+        self._finish_init()
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, T, F]`` ids (mask ``[B, T]`` or ``[B, T*F]``) -> ``[B, dim]``."""

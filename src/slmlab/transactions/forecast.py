@@ -26,7 +26,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from .customer import summary_states
-from .model import TransactionEncoder, TxnEncoderConfig, TxnPreTrainedModel, txn_mask_from
+from .model import TransactionEncoder, TxnEncoderConfig, TxnHeadModel, txn_mask_from
 from .schema import MASK, PAD
 
 FORECAST_FEATURES = ("mcc", "amount", "delta_t")
@@ -68,7 +68,7 @@ class ForecastOutput(ModelOutput):
     logits: dict | None = None
 
 
-class NextTransactionModel(TxnPreTrainedModel):
+class NextTransactionModel(TxnHeadModel):
     """:class:`TransactionEncoder` (as ``encoder``) + :class:`NextTransactionHead` for
     mcc / amount / delta_t. ``forward(input_ids [B,T,F], attention_mask, labels)``: ``labels`` are the
     ids again (any value turns the loss on; targets come from ``input_ids``)."""
@@ -80,18 +80,7 @@ class NextTransactionModel(TxnPreTrainedModel):
         self.target_index = {name: schema.index(name) for name in FORECAST_FEATURES}
         vocab = {name: schema.vocab_sizes[i] for name, i in self.target_index.items()}
         self.forecast_head = NextTransactionHead(config.backbone_config().hidden_size, vocab, schema.num_features)
-        self.post_init()
-        self.encoder.embedding.zero_pad_rows()
-        if config.freeze_backbone:
-            for p in self.encoder.parameters():
-                p.requires_grad_(False)
-
-    @classmethod
-    def from_encoder(cls, encoder: TransactionEncoder, **overrides) -> NextTransactionModel:
-        """A forecast model whose encoder starts from ``encoder``'s weights."""
-        model = cls(TxnEncoderConfig(**{**encoder.config.to_dict(), **overrides}))
-        model.encoder.load_state_dict(encoder.state_dict())
-        return model
+        self._finish_init()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> ForecastOutput:

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from .model import TransactionEncoder, TxnEncoderConfig, TxnPreTrainedModel, txn_mask_from
+from .model import TransactionEncoder, TxnEncoderConfig, TxnHeadModel, txn_mask_from
 from .surprisal import HEAD_INPUTS, SurprisalFraudHead
 
 IGNORE = -100
@@ -107,7 +107,7 @@ def fraud_head_from_config(config, encoder: TransactionEncoder) -> nn.Module:
                               inner, config.fraud_dropout)
 
 
-class TransactionFraudModel(TxnPreTrainedModel):
+class TransactionFraudModel(TxnHeadModel):
     """:class:`TransactionEncoder` (as ``encoder``) + :class:`TransactionFraudHead`.
 
     ``forward(input_ids [B,T,F], attention_mask, labels [B,T] in {0, 1, -100})`` -> logits ``[B, T]``.
@@ -118,19 +118,7 @@ class TransactionFraudModel(TxnPreTrainedModel):
         self.encoder = TransactionEncoder(config)
         self.fraud_head = fraud_head_from_config(config, self.encoder)
         self.loss_fn = fraud_loss_from_config(config)
-        self.post_init()
-        self.encoder.embedding.zero_pad_rows()
-        if config.freeze_backbone:
-            for p in self.encoder.parameters():
-                p.requires_grad_(False)
-
-    @classmethod
-    def from_encoder(cls, encoder: TransactionEncoder, **overrides) -> TransactionFraudModel:
-        """A fraud model whose encoder starts from ``encoder``'s weights (config ``overrides`` applied)."""
-        cfg = TxnEncoderConfig(**{**encoder.config.to_dict(), **overrides})
-        model = cls(cfg)
-        model.encoder.load_state_dict(encoder.state_dict())
-        return model
+        self._finish_init()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> FraudOutput:

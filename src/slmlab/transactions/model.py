@@ -247,3 +247,25 @@ class TransactionEncoder(TxnPreTrainedModel):
         if labels is not None:
             loss, per_feature = self.lm_heads.lm_loss(hidden, labels, txn_mask, self.feature_names)
         return TxnEncoderOutput(loss=loss, last_hidden_state=hidden, per_feature=per_feature)
+
+
+class TxnHeadModel(TxnPreTrainedModel):
+    """Base of the fine-tuned models: ``encoder`` (a :class:`TransactionEncoder`) plus a head that the
+    subclass builds in ``__init__`` before calling :meth:`_finish_init`."""
+
+    def _finish_init(self) -> None:
+        """Hugging Face init of the new head, PAD rows of the embedding re-zeroed, and the encoder
+        frozen when ``config.freeze_backbone`` (linear-probe mode)."""
+        self.post_init()
+        self.encoder.embedding.zero_pad_rows()
+        if self.config.freeze_backbone:
+            for p in self.encoder.parameters():
+                p.requires_grad_(False)
+
+    @classmethod
+    def from_encoder(cls, encoder: TransactionEncoder, **overrides):
+        """A model of this class whose encoder starts from ``encoder``'s weights (config ``overrides``
+        applied on top of the encoder's config)."""
+        model = cls(TxnEncoderConfig(**{**encoder.config.to_dict(), **overrides}))
+        model.encoder.load_state_dict(encoder.state_dict())
+        return model

@@ -20,7 +20,7 @@ from transformers.utils import ModelOutput
 
 from .customer import masked_mean, summary_states
 from .fraud import IGNORE, WeightedBCE
-from .model import TransactionEncoder, TxnEncoderConfig, TxnPreTrainedModel, txn_mask_from
+from .model import TransactionEncoder, TxnEncoderConfig, TxnHeadModel, txn_mask_from
 
 
 def window_labels(labels: torch.Tensor, txn_mask: torch.Tensor, recent_k: int | None = None) -> torch.Tensor:
@@ -78,7 +78,7 @@ class SequenceOutput(ModelOutput):
     logits: torch.Tensor | None = None
 
 
-class SequenceFraudModel(TxnPreTrainedModel):
+class SequenceFraudModel(TxnHeadModel):
     """:class:`TransactionEncoder` (as ``encoder``) + :class:`SequenceFraudHead`.
 
     ``forward(input_ids [B,T,F], attention_mask, labels [B] in {0, 1, -100})`` -> logits ``[B]``;
@@ -92,18 +92,7 @@ class SequenceFraudModel(TxnPreTrainedModel):
         self.sequence_head = SequenceFraudHead(d, len(self.encoder.feature_names), config.fraud_hidden,
                                                config.fraud_dropout)
         self.loss_fn = WeightedBCE(config.pos_weight)
-        self.post_init()
-        self.encoder.embedding.zero_pad_rows()
-        if config.freeze_backbone:
-            for p in self.encoder.parameters():
-                p.requires_grad_(False)
-
-    @classmethod
-    def from_encoder(cls, encoder: TransactionEncoder, **overrides) -> SequenceFraudModel:
-        """A sequence model whose encoder starts from ``encoder``'s weights."""
-        model = cls(TxnEncoderConfig(**{**encoder.config.to_dict(), **overrides}))
-        model.encoder.load_state_dict(encoder.state_dict())
-        return model
+        self._finish_init()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> SequenceOutput:
