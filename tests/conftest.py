@@ -14,3 +14,22 @@ torch.set_num_threads(1)
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+# The tiny synthetic bank of the transactions tests (module-scoped: each module generates its own).
+@pytest.fixture(scope="module")
+def bank_data():
+    pytest.importorskip("pandas")
+    pytest.importorskip("sklearn")
+    from slmlab.transactions.synth import SynthConfig, generate
+    from test_transactions_pipeline import SMALL
+
+    return generate(SynthConfig.from_preset("tiny", **SMALL))
+
+
+@pytest.fixture(scope="module")
+def bank(bank_data):
+    from slmlab.transactions.data import prepare_bank
+    from slmlab.transactions.model import preset_schema
+
+    return prepare_bank(bank_data.transactions, preset_schema("lfm2_tiny"), bank_data.customers)

@@ -8,7 +8,6 @@ import torch
 pytest.importorskip("pandas")
 pytest.importorskip("sklearn")
 
-from slmlab.transactions.data import prepare_bank  # noqa: E402
 from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
 from slmlab.transactions.generate import (  # noqa: E402
     NextTransactions,
@@ -16,16 +15,8 @@ from slmlab.transactions.generate import (  # noqa: E402
     generate_next_transaction,
     next_transaction_topk,
 )
-from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig, preset_schema  # noqa: E402
+from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig  # noqa: E402
 from slmlab.transactions.schema import MASK, PAD, UNK  # noqa: E402
-from slmlab.transactions.synth import SynthConfig, generate  # noqa: E402
-from test_transactions_pipeline import SMALL  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def bank():
-    data = generate(SynthConfig.from_preset("tiny", **SMALL))
-    return prepare_bank(data.transactions, preset_schema("lfm2_tiny"), data.customers)
 
 
 @pytest.fixture(scope="module")

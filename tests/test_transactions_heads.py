@@ -20,19 +20,17 @@ from slmlab.transactions.customer import (  # noqa: E402
     info_nce,
     window_pairs,
 )
-from slmlab.transactions.data import prepare_bank  # noqa: E402
 from slmlab.transactions.forecast import (  # noqa: E402
     NextTransactionModel,
     forecast_metrics,
     forecast_targets,
 )
 from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
-from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig, preset_schema  # noqa: E402
+from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig  # noqa: E402
 from slmlab.transactions.sequence import SequenceFraudHead, SequenceFraudModel, window_labels  # noqa: E402
-from slmlab.transactions.synth import SynthConfig, export, generate  # noqa: E402
+from slmlab.transactions.synth import export  # noqa: E402
 from slmlab.transactions.training import finetune_head  # noqa: E402
 from test_transactions import random_ids, tiny_model  # noqa: E402
-from test_transactions_pipeline import SMALL  # noqa: E402
 
 NF = 15
 
@@ -221,16 +219,6 @@ def test_forecast_metrics_on_hand_made_logits():
 
 
 # -- fine-tuning through the harness, end to end -----------------------------------------------------------
-@pytest.fixture(scope="module")
-def bank_data():
-    return generate(SynthConfig.from_preset("tiny", **SMALL))
-
-
-@pytest.fixture(scope="module")
-def bank(bank_data):
-    return prepare_bank(bank_data.transactions, preset_schema("lfm2_tiny"), bank_data.customers)
-
-
 STEPS = ["max_steps=2", "batch_size=8", "progress=false", "device=cpu"]
 
 

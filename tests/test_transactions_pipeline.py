@@ -30,16 +30,6 @@ SMALL = dict(n_customers=120, n_days=60, n_physical_merchants=600, n_online_merc
              seed=3)
 
 
-@pytest.fixture(scope="module")
-def bank_data():
-    return generate(SynthConfig.from_preset("tiny", **SMALL))
-
-
-@pytest.fixture(scope="module")
-def bank(bank_data):
-    return prepare_bank(bank_data.transactions, preset_schema("lfm2_tiny"), bank_data.customers)
-
-
 def _csv_sha(data, tmp_path) -> str:
     export(data, tmp_path, "csv")
     return hashlib.sha256((tmp_path / "transactions.csv").read_bytes()).hexdigest()

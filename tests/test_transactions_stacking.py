@@ -24,21 +24,10 @@ from slmlab.transactions.stacking import (  # noqa: E402
     stacked_scores,
     training_period_rows,
 )
-from slmlab.transactions.synth import SynthConfig, export, generate  # noqa: E402
+from slmlab.transactions.synth import export  # noqa: E402
 from slmlab.transactions.training import finetune, label_customers  # noqa: E402
-from test_transactions_pipeline import SMALL  # noqa: E402
 
 STEPS = ["max_steps=2", "batch_size=8", "progress=false", "device=cpu"]
-
-
-@pytest.fixture(scope="module")
-def bank_data():
-    return generate(SynthConfig.from_preset("tiny", **SMALL))
-
-
-@pytest.fixture(scope="module")
-def bank(bank_data):
-    return prepare_bank(bank_data.transactions, preset_schema("lfm2_tiny"), bank_data.customers)
 
 
 @pytest.fixture(scope="module")
