@@ -70,18 +70,33 @@ def test_import_slmlab_still_registers_families():
     assert proc.stdout.split()[0] == "LumenForCausalLM"
 
 
-@pytest.mark.parametrize(("argv0", "orig", "expected"), [
-    ("/venv/bin/slmlab", ["/venv/bin/python", "/venv/bin/slmlab", "--help"], True),
-    ("-m", ["python", "-X", "importtime", "-m", "slmlab.cli", "--help"], True),
-    ("-m", ["python", "-mslmlab", "models"], True),
-    ("-m", ["python", "-m", "pytest", "tests"], False),
-    ("train.py", ["python", "train.py"], False),
-    ("-c", ["python", "-c", "import slmlab"], False),
+@pytest.mark.parametrize("code", [
+    # slmlab first: the families register the moment transformers is imported
+    "import slmlab, sys\nassert 'transformers' not in sys.modules and 'torch' not in sys.modules\n"
+    "from transformers import AutoConfig",
+    # transformers first: they register at `import slmlab`
+    "from transformers import AutoConfig\nimport slmlab",
+    # a transformers submodule first (its package is imported before it)
+    "import slmlab\nimport transformers.configuration_utils\nfrom transformers import AutoConfig",
+    # a script run under another name, started with -m, or as the console script would be: same rule
+    "import sys\nsys.argv = ['slmlab', '--help']\nimport slmlab\nfrom transformers import AutoConfig",
 ])
-def test_started_as_command(monkeypatch, argv0, orig, expected):
-    monkeypatch.setattr(sys, "argv", [argv0])
-    monkeypatch.setattr(sys, "orig_argv", orig)
-    assert slmlab._started_as_command() is expected
+def test_registration_does_not_depend_on_how_python_started(code):
+    code += "\nprint(AutoConfig.for_model('sage_lumen').model_type, AutoConfig.for_model('slm_lfm2').model_type)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["sage_lumen", "slm_lfm2"]
+
+
+def test_registration_hook_runs_once_and_leaves():
+    code = ("import slmlab, sys\nfinders = [f for f in sys.meta_path if type(f).__name__ == '_AfterImport']\n"
+            "import importlib; importlib.reload(slmlab)\n"
+            "again = [f for f in sys.meta_path if type(f).__name__ == '_AfterImport']\n"
+            "import transformers\nafter = [f for f in sys.meta_path if type(f).__name__ == '_AfterImport']\n"
+            "print(len(finders), len(again), len(after), 'lumen' in slmlab.families())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "1", "0", "True"]
 
 
 def test_version(capsys):
