@@ -362,10 +362,9 @@ def _curve(run_dir: Path, state) -> list[list[float]]:
 
 def parameter_counts(model) -> dict[str, int]:
     """Total / non-embedding / embedding parameters from the family's audit (shared tensors once)."""
-    from ..evaluate.audit import audit_model
     from ..models.registry import get_family
 
-    rows = audit_model(get_family(model.config.model_type), model)
+    rows = get_family(model.config.model_type).parameter_audit(model)
     embedding = sum(int(v) for v in model.embedding_rows().values())
     return {"params_total": int(rows["Total"]), "params_nonembedding": int(rows["Total"]) - embedding,
             "params_embedding": embedding}

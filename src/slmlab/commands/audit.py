@@ -20,7 +20,7 @@ def audit_command(argv: list[str]) -> int:
     import torch
     from transformers import AutoConfig
 
-    from slmlab.evaluate.audit import audit_model, format_audit
+    from slmlab.models.audit import format_audit
     from slmlab.models.registry import check_config_keys, check_saved_model_type, resolve_model_spec
 
     overrides = parse_overrides(args.overrides)
@@ -33,5 +33,5 @@ def audit_command(argv: list[str]) -> int:
         cfg = fam.make_config(preset, **overrides)
     with torch.device("meta"):
         model = fam.model_class(cfg)
-    print(format_audit(audit_model(fam, model), f"Parameter audit: {fam.name} ({type(model).__name__})"))
+    print(format_audit(fam.parameter_audit(model), f"Parameter audit: {fam.name} ({type(model).__name__})"))
     return 0

@@ -1,4 +1,4 @@
-"""Evaluation: loss / perplexity / bits per byte and task accuracy (``lm``), the parameter audit (``audit``),
+"""Evaluation: loss / perplexity / bits per byte and task accuracy (``lm``),
 lm-evaluation-harness tasks (``harness``: the LM adapter, ``tasks``: the runner; both import lm-eval,
 so neither is imported here)."""
 

@@ -44,12 +44,10 @@ def non_embedding_parameters(family, overrides: dict) -> int:
     audit's ``Total`` minus its embedding rows (tied table, or table and untied head)."""
     import torch
 
-    from ..evaluate.audit import audit_model
-
     config = family.make_config(None, **overrides)
     with torch.device("meta"):
         model = family.model_class(config)
-    rows = audit_model(family, model)
+    rows = family.parameter_audit(model)
     return int(rows["Total"]) - sum(int(v) for v in model.embedding_rows().values())
 
 

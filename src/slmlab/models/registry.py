@@ -48,6 +48,13 @@ class Family:
 
         return fit_budget(self, non_embedding_budget, base)
 
+    def parameter_audit(self, model: nn.Module) -> dict[str, int]:
+        """Parameters by the family's own categories (``audit``), or per top-level module when it has
+        none (:func:`slmlab.models.audit.module_breakdown`); ends with ``Total``."""
+        from .audit import module_breakdown
+
+        return self.audit(model) if self.audit is not None else module_breakdown(model)
+
     @property
     def extra_forward_inputs(self) -> tuple[str, ...]:
         """Family-specific forward keyword arguments (declared once, by the base model class)."""

@@ -1,10 +1,12 @@
-"""Parameter audit: per-category parameter counts of any registered family."""
+"""Parameter audit: per-category parameter counts of a model, and their printed table.
+
+A family with its own categories declares them as ``Family.audit``; :meth:`Family.parameter_audit`
+falls back to :func:`module_breakdown` for a family without one.
+"""
 
 from __future__ import annotations
 
 from torch import nn
-
-from ..models.registry import Family
 
 
 def count_unique_parameters(model: nn.Module) -> int:
@@ -12,10 +14,9 @@ def count_unique_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def audit_model(family: Family, model: nn.Module) -> dict[str, int]:
-    """The family's own categories, or a per-top-level-module breakdown when it has none."""
-    if family.audit is not None:
-        return family.audit(model)
+def module_breakdown(model: nn.Module) -> dict[str, int]:
+    """Parameters per module two names deep (``model.layers``, ``lm_head``), shared tensors once,
+    then ``Total``."""
     rows: dict[str, int] = {}
     seen: set[int] = set()
     for name, p in model.named_parameters():
@@ -29,6 +30,7 @@ def audit_model(family: Family, model: nn.Module) -> dict[str, int]:
 
 
 def format_audit(rows: dict[str, int], title: str) -> str:
+    """The audit as a two-column table under ``title``."""
     width = max(len(k) for k in rows) + 2
     lines = [title, "-" * (width + 14)]
     lines += [f"  {k:<{width}}{v:>12,}" for k, v in rows.items()]
