@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -185,9 +184,3 @@ def _json_default(value):
     if isinstance(value, (np.floating,)):
         return None if math.isnan(value) else float(value)
     raise TypeError(f"cannot write {type(value).__name__} to a result line")
-
-
-if __name__ == "__main__":  # python -m slmlab.bench.run --tier micro --out DIR
-    from ..commands.bench import bench_command
-
-    raise SystemExit(bench_command(["run", *sys.argv[1:]]))
