@@ -40,7 +40,7 @@ FAMILIES_100M = {  # family -> config overrides of its default preset (~100M par
 
 def plan(batch: int = 8, seq: int = 1024, steps: int = 200) -> list[dict]:
     """What the check runs: one row per family configuration, then the first gpu-paper run."""
-    from slmlab.bench.suite import tier_plans
+    from slmlab.bench.tier_file import tier_plans
 
     rows = [{"check": "train_step+decode", "family": f, "overrides": o, "batch": batch, "seq": seq}
             for f, o in FAMILIES_100M.items()]
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
             print(json.dumps({"family": row["family"], "error": f"{type(err).__name__}: {err}"}))
         torch.cuda.empty_cache()
     from slmlab.bench.run import run_plans
-    from slmlab.bench.suite import tier_plans
+    from slmlab.bench.tier_file import tier_plans
 
     first = dataclasses.replace(tier_plans("gpu-paper")[0], max_steps=args.steps, max_time=300.0)
     run_plans([first], "gpu-paper", args.out, device="cuda")

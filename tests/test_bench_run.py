@@ -10,7 +10,8 @@ import pytest
 from slmlab import cli
 from slmlab.bench.anchors import ANCHORS
 from slmlab.bench.run import RESULT_FIELDS, SCHEMA, read_results, run_one
-from slmlab.bench.suite import RunPlan, tier_plans
+from slmlab.bench.suite import RunPlan
+from slmlab.bench.tier_file import tier_plans
 
 
 def test_micro_tier_writes_one_line_per_run_with_every_field_and_skips_finished_runs(tmp_path, capsys):

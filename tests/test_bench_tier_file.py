@@ -1,25 +1,43 @@
-"""Tier files (configs/bench-*.yaml): loading, errors, and the shipped files equal the built-in tiers."""
+"""Tier files: loading, errors, and the built-in tiers (the YAML files in slmlab/bench/tiers/, their one source)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from slmlab import cli
 from slmlab.bench.run import read_results
-from slmlab.bench.suite import TIERS, RunPlan, tier_plans
-from slmlab.bench.tier_file import load_tier_file
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from slmlab.bench.suite import RunPlan
+from slmlab.bench.tier_file import builtin_tiers, load_tier_file, tier_path, tier_plans
 
 
-@pytest.mark.parametrize("tier", ["cpu-smoke", "cpu-full", "gpu-paper"])
-def test_shipped_tier_files_equal_the_built_in_tiers(tier):
-    name, description, plans = load_tier_file(CONFIGS / f"bench-{tier}.yaml")
-    reference = tier_plans(tier)
-    assert name == tier and description == TIERS[tier][0]
-    assert len(plans) == len(reference) and set(plans) == set(reference)
+@pytest.mark.parametrize(("tier", "runs", "budget_s"), [
+    ("cpu-smoke", 5, 570.0), ("cpu-full", 33, 7020.0), ("gpu-paper", 224, 4_089_600.0), ("micro", 2, 120.0)])
+def test_built_in_tiers_are_their_files(tier, runs, budget_s):
+    """Each built-in name reads its own file; the counts and budgets are the tiers the docs describe."""
+    name, description, plans = load_tier_file(tier_path(tier))
+    assert list(builtin_tiers()) == ["cpu-smoke", "cpu-full", "gpu-paper", "micro"]
+    assert name == tier and description and tier_path(tier).parent.name == "tiers"
+    assert len(plans) == runs == len({p.key for p in plans}) and sum(p.max_time for p in plans) == budget_s
+    assert tier_plans(tier) == plans
+
+
+def test_cpu_smoke_tier_values():
+    t7 = dict(batch_size=32, max_steps=750, eval_every=250)
+    assert set(tier_plans("cpu-smoke")) == {
+        RunPlan("mqar:cpu", "attn2-z", 3e-3, eval_every=313, max_time=150.0),
+        RunPlan("mqar:cpu", "shortconv4", 3e-3, eval_every=313, max_time=60.0),
+        RunPlan("t7:cpu", "attn2-rope", 2e-3, max_time=150.0, **t7),
+        RunPlan("t7:cpu", "pgsm-cpu", 2e-3, max_time=150.0, **t7),
+        RunPlan("t7:cpu", "pgsm-cpu-noret", 2e-3, max_time=60.0, **t7)}
+
+
+def test_bench_list_yaml_prints_the_tier_file(capsys, tmp_path):
+    assert cli.main(["bench", "list", "--yaml", "cpu-full"]) == 0
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(capsys.readouterr().out)
+    assert load_tier_file(copy) == load_tier_file(tier_path("cpu-full"))
+    assert cli.main(["bench", "list", "--yaml", "nope"]) == 2
+    assert "unknown tier 'nope'; known: cpu-smoke, cpu-full, gpu-paper, micro" in capsys.readouterr().err
 
 
 def test_a_group_is_the_product_of_its_lists_with_its_budget(tmp_path):

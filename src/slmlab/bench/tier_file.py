@@ -1,5 +1,6 @@
-"""Tiers written as YAML files (``configs/bench-*.yaml``): the runs of a tier and their budgets, editable
-without touching code (``docs/bench.md``, Tier files).
+"""Tiers as YAML files: the runs of a tier and their budgets, editable without touching code
+(``docs/bench.md``, Tier files). The built-in tiers are the files in ``slmlab/bench/tiers/`` (one
+source: ``--tier cpu-full`` reads ``tiers/cpu-full.yaml``); ``--tier FILE.yaml`` reads a user's copy.
 
 A file names its tier and lists groups; each group is the product of its ``tasks`` × ``models`` × ``lrs``
 (× the lists inside ``model_config``, e.g. a ``d_model`` sweep) with the group's budget::
@@ -16,7 +17,7 @@ A file names its tier and lists groups; each group is the product of its ``tasks
 
 Every other key of a group (and of ``defaults``) is a :class:`~slmlab.bench.suite.RunPlan` field. Unknown
 keys, tasks and models raise ``ValueError`` naming the file, the group and the key, before any run starts.
-``slmlab bench run --tier FILE.yaml`` runs it; the shipped files equal the built-in tiers (tested).
+``slmlab bench run --tier FILE.yaml`` runs it; ``slmlab bench list --yaml TIER`` prints a built-in one.
 """
 
 from __future__ import annotations
@@ -27,11 +28,36 @@ import itertools
 from pathlib import Path
 
 from ..data.sources import TRAIN_ON
-from .suite import RunPlan
+from .suite import RunPlan, filter_plans
 
 GROUP_LISTS = {"tasks": "task", "models": "model", "lrs": "lr", "seeds": "seed"}
 PLAN_FIELDS = {f.name for f in dataclasses.fields(RunPlan)} - {"task", "model", "lr", "seed", "model_config"}
 TOP_KEYS = ("tier", "description", "defaults", "groups")
+TIERS_DIR = Path(__file__).parent / "tiers"
+
+
+def builtin_tiers() -> dict[str, Path]:
+    """The built-in tiers, name -> file, in the order ``slmlab bench list`` shows them."""
+    order = ("cpu-smoke", "cpu-full", "gpu-paper", "micro")
+    files = {p.stem: p for p in TIERS_DIR.glob("*.yaml")}
+    return {name: files[name] for name in sorted(files, key=lambda n: (order.index(n) if n in order else len(order), n))}
+
+
+def tier_path(tier: str) -> Path:
+    """The file of a built-in tier name, or ``tier`` itself when it names a YAML file."""
+    if is_tier_file(tier):
+        return Path(tier)
+    tiers = builtin_tiers()
+    if tier not in tiers:
+        raise ValueError(f"unknown tier {tier!r}; known: {', '.join(tiers)} (or a tier file, FILE.yaml)")
+    return tiers[tier]
+
+
+def tier_plans(tier: str, tasks: list[str] | None = None, models: list[str] | None = None,
+               seeds: list[int] | None = None) -> list[RunPlan]:
+    """A tier's runs (a built-in name or a tier file), filtered by task names / aliases and model ids,
+    repeated for each seed (:func:`slmlab.bench.suite.filter_plans`)."""
+    return filter_plans(load_tier_file(tier_path(tier))[2], tasks, models, seeds)
 
 
 def is_tier_file(name: str) -> bool:
@@ -50,7 +76,7 @@ def load_tier_file(path: str | Path) -> tuple[str, str, list[RunPlan]]:
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no tier file {path}; the shipped ones are configs/bench-*.yaml")
+        raise FileNotFoundError(f"no tier file {path}; `slmlab bench list` names the built-in tiers")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:

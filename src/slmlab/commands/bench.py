@@ -14,7 +14,7 @@ def bench_command(argv: list[str]) -> int:
     """Run the long-memory suite (tasks T1-T7, tiers, control models) and report it with CIs.
 
     slmlab bench run --tier cpu-smoke|FILE.yaml [--tasks mqar,t7] [--models attn2-z] [--seeds 0,1,2] [--out DIR] [--dry-run]
-    slmlab bench list
+    slmlab bench list [--yaml TIER]          (--yaml prints a built-in tier's file: a copy to edit)
     slmlab bench report DIR                 (tables and plots from DIR/results.jsonl)
     slmlab bench reproduce zoology-fig2 | mamba-table1 | mamba-table11 | pgsm-distance [--out DIR] [--run]
 
@@ -26,7 +26,7 @@ def bench_command(argv: list[str]) -> int:
     p.add_argument("action", choices=ACTIONS)
     p.add_argument("target", nargs="?", help="report: the results folder; reproduce: the anchor")
     p.add_argument("--tier", default=None,
-                   help="cpu-smoke, cpu-full, gpu-paper or micro, or a tier file (configs/bench-*.yaml)")
+                   help="cpu-smoke, cpu-full, gpu-paper or micro, or a tier file (FILE.yaml)")
     p.add_argument("--tasks", default="", help="comma-separated task names or aliases (default: the tier's)")
     p.add_argument("--models", default="", help="comma-separated model ids (default: the tier's)")
     p.add_argument("--seeds", default="", help="comma-separated seeds (default: 0); claims use 0,1,2")
@@ -37,6 +37,8 @@ def bench_command(argv: list[str]) -> int:
                    help="replace every run's time budget (seconds; 0 = none: runs stop at their step cap or early stop)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their time budgets only")
     p.add_argument("--run", action="store_true", help="reproduce: run the anchor's missing runs first")
+    p.add_argument("--yaml", metavar="TIER", default=None,
+                   help="list: print the built-in tier's YAML file (`> my.yaml`, edit, then run --tier my.yaml)")
     args = p.parse_args(argv)
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0, got {args.threads}; pass 0 for torch's default")
@@ -60,17 +62,13 @@ def _seeds(text: str) -> list[int] | None:
 
 def _run(args) -> int:
     from ..bench.run import run_plans
-    from ..bench.suite import filter_plans, tier_plans
-    from ..bench.tier_file import is_tier_file, load_tier_file
+    from ..bench.suite import filter_plans
+    from ..bench.tier_file import load_tier_file, tier_path
 
     if not args.tier:
         raise ValueError("bench run needs --tier; pass --tier cpu-smoke (see `slmlab bench list`)")
-    filters = (_split(args.tasks) or None, _split(args.models) or None, _seeds(args.seeds))
-    if is_tier_file(args.tier):
-        tier, _, plans = load_tier_file(args.tier)
-        plans = filter_plans(plans, *filters)
-    else:
-        tier, plans = args.tier, tier_plans(args.tier, *filters)
+    tier, _, plans = load_tier_file(tier_path(args.tier))
+    plans = filter_plans(plans, _split(args.tasks) or None, _split(args.models) or None, _seeds(args.seeds))
     if args.max_time is not None:
         if args.max_time < 0:
             raise ValueError(f"--max-time must be >= 0 seconds, got {args.max_time}; 0 removes the time budget")
@@ -104,12 +102,15 @@ def _check_fits(plans) -> None:
 def _list(args) -> int:
     from ..bench.anchors import ANCHORS
     from ..bench.models import MODELS
-    from ..bench.suite import TIERS, tier_plans
+    from ..bench.tier_file import builtin_tiers, load_tier_file, tier_path
     from ..data.tasks import TASKS
 
+    if args.yaml:
+        print(tier_path(args.yaml).read_text(), end="")
+        return 0
     print("tiers:")
-    for name, (description, _) in TIERS.items():
-        plans = tier_plans(name)
+    for name, path in builtin_tiers().items():
+        _, description, plans = load_tier_file(path)
         print(f"  {name:<10} {len(plans):>4} runs, budgets {sum(p.max_time for p in plans) / 60:>7.0f} min  {description}")
     print("tasks:")
     for cls in sorted(set(TASKS.values()), key=lambda c: c.task_id):
@@ -143,7 +144,7 @@ def _reproduce(args) -> int:
     from ..bench.anchors import ANCHORS
     from ..bench.report import matches, reproduce_table
     from ..bench.run import read_results, run_plans
-    from ..bench.suite import tier_plans
+    from ..bench.tier_file import tier_plans
 
     if args.target not in ANCHORS:
         raise ValueError(f"unknown anchor {args.target!r}; known: {', '.join(ANCHORS)}")
