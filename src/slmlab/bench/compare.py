@@ -7,7 +7,7 @@ batch, learning-rate grid and seeds, with one report (``docs/compare.md``).
 2. **Run**: each (data, model, lr, seed) is an ordinary ``slmlab train`` run
    (:func:`slmlab.train.run.build_trainer`: the same tokenizer, data source, ``build_model``,
    ``attach_tokenizer`` and ``prepare_for_training``), on a task with the bench's protocol
-   (:func:`slmlab.bench.run._run_config`: AdamW, warm-up then cosine, ``keep_best``, early stop,
+   (:func:`slmlab.bench.run.plan_run_config`: AdamW, warm-up then cosine, ``keep_best``, early stop,
    scored positions) and tested once with bootstrap intervals (:func:`slmlab.bench.run._test`); on
    text the validation bits per byte at the last step (the same validation batches for every model).
 3. **Measure**: parameters (audit), cache bytes per token and constant state (the generic
@@ -288,15 +288,15 @@ def _base_config(settings: CompareSettings, data: str, model: str, lr: float, se
 
 
 def run_config(settings: CompareSettings, plan: ComparePlan, run_dir: Path):
-    """The run's config; tasks take the bench runner's protocol (:func:`slmlab.bench.run._run_config`)."""
+    """The run's config; tasks take the bench runner's protocol (:func:`slmlab.bench.run.plan_run_config`)."""
     if not plan.synthetic:
         return _base_config(settings, plan.data, plan.model, plan.lr, plan.seed, run_dir, dict(plan.overrides))
-    from .run import _run_config
+    from .run import plan_run_config
     from .suite import RunPlan
 
     bench = RunPlan(plan.data, plan.model, plan.lr, plan.seed, batch_size=settings.batch_size,
                     max_steps=settings.steps, max_time=0.0, eval_every=settings.cadence)
-    cfg = _run_config(bench, run_dir, settings.device)
+    cfg = plan_run_config(bench, run_dir, settings.device)
     return dataclasses.replace(cfg, model_config=dict(plan.overrides), data_cache=settings.data_cache).validate()
 
 
@@ -324,13 +324,13 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
     record = {"steps": state.step, "stop_reason": state.stop_reason, "train_wall_s": round(train_wall, 2),
               "tokens_seen": state.tokens_seen, "train_tokens_per_s": round(trainer.tokens_per_s, 1)}
     if plan.synthetic:
-        from .run import _test
+        from .run import held_out_metrics
 
         best = run_dir / "checkpoints" / "best"
         if best.is_dir():
             with _quiet_hf_progress():
                 model = type(model).from_pretrained(str(best)).to(trainer.device)
-        test = _test(model, trainer.source, trainer.device)
+        test = held_out_metrics(model, trainer.source, trainer.device)
         record.update(test, best_step=state.best_step, best_val_acc=state.best_acc)
     else:  # the trainer's evaluation at the last step, on the validation batches every model reads
         final = trainer.state.last_eval

@@ -45,7 +45,7 @@ def read_results(path: Path) -> list[dict]:
                              "rerun the bench with this version or read the file with the version that wrote it")
 
 
-def _run_config(plan: RunPlan, run_dir: Path, device: str):
+def plan_run_config(plan: RunPlan, run_dir: Path, device: str):
     from ..train.config import OptimConfig, RunConfig, ScheduleConfig
 
     return RunConfig(
@@ -59,7 +59,7 @@ def _run_config(plan: RunPlan, run_dir: Path, device: str):
     ).validate()
 
 
-def _test(model, source: TaskSource, device) -> dict:
+def held_out_metrics(model, source: TaskSource, device) -> dict:
     """Test metrics with per-example bootstrap intervals."""
     result = evaluate_batches(model, source.eval_batches("test", 250), _forward_inputs(model), device, keep_rows=True)
     rows = result.pop("rows")
@@ -95,7 +95,7 @@ def _lengths(plan: RunPlan, task, model, device) -> dict:
             continue
         other = task.with_length(T)
         source = TaskSource(f"{plan.task},T={T}", other, plan.seed)
-        out[str(T)] = _test(model, source, device)["acc"]
+        out[str(T)] = held_out_metrics(model, source, device)["acc"]
     return out
 
 
@@ -116,7 +116,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
     model = build_model(plan.model, task.vocab_size, task.seq_len, dict(plan.model_config), plan.seed)
     source = TaskSource(plan.task, task, plan.seed, train_on=plan.train_on)
     run_dir = Path(out_dir) / "runs" / _slug(plan.key)
-    cfg = _run_config(plan, run_dir, device)
+    cfg = plan_run_config(plan, run_dir, device)
     trainer = Trainer(cfg, model, source, None, run_dir)
     with _quiet_hf_progress():
         t0 = time.perf_counter()
@@ -125,7 +125,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
         best = run_dir / "checkpoints" / "best"
         if best.is_dir():
             model = type(model).from_pretrained(str(best)).to(trainer.device)
-    test = _test(model, source, trainer.device)
+    test = held_out_metrics(model, source, trainer.device)
     total, nonemb = count_parameters(model)
     config = model.config
     record = {
