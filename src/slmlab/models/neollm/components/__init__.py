@@ -5,7 +5,6 @@ norms, MLP, the embedding side (table, Leviathan generator, Spelling Bee) and JT
 
 from .activations import XIELU, PolyNorm, make_activation
 from .attn_res import AttnResReadout, AttnResResidual, DepthAttention
-from .build import build_mlp, build_readout, build_residual, build_spelling_bee
 from .context import FlowEnds, ForwardContext, ResidualFlow, ResidualState
 from .fan import FANFeatures, NoFAN, make_fan
 from .flows import LayerFlow, NormScaledFlow, Readout
@@ -63,10 +62,6 @@ __all__ = [
     "SiameseResidual",
     "SpellingBee",
     "XIELU",
-    "build_mlp",
-    "build_readout",
-    "build_residual",
-    "build_spelling_bee",
     "make_activation",
     "make_fan",
     "multiplied_linear",
