@@ -33,10 +33,10 @@ from slmlab.generation import generate  # noqa: E402
 def quickstart_model(run: str | None):
     """``(lumen model, tokenizer, where it came from)``."""
     if run is not None:
-        from slmlab.commands._common import load_for_inference
+        from slmlab.train.saved import load_for_inference
 
-        ckpt, model, tokenizer, _ = load_for_inference(run, "cpu")
-        return model, tokenizer, str(ckpt)
+        loaded = load_for_inference(run, "cpu")
+        return loaded.model, loaded.tokenizer, str(loaded.checkpoint)
     from slmlab.data import get_tokenizer
     from slmlab.data.sources import get_source
     from slmlab.models.lumen import LumenConfig, LumenForCausalLM

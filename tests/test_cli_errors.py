@@ -227,7 +227,7 @@ def test_a_non_string_text_column_says_so(tmp_path):
 
 
 def test_resolve_device_names_what_to_use():
-    from slmlab.train.trainer import resolve_device
+    from slmlab.train.environment import resolve_device
 
     assert str(resolve_device("cpu")) == "cpu"
     with pytest.raises(ValueError, match="device='foo' is not a torch device"):

@@ -204,15 +204,16 @@ def test_every_family_answers_completions_batched_as_alone(family, tmp_path):
     family's own generate() on that prompt alone."""
     from fastapi.testclient import TestClient
 
-    from slmlab.commands._common import load_for_inference
     from slmlab.generation import generate
     from slmlab.serve.server import build_server
+    from slmlab.train.saved import load_for_inference
 
     ckpt = build_checkpoint(family, tmp_path / family)
     server = build_server(ckpt, max_batch=4)
     assert server.batching_refusal is None, server.batching_refusal
     prompts = ["Hi", "Tell me a story about", "abc", "Once upon a time, far away"]
-    _, model, tokenizer, _ = load_for_inference(ckpt, "cpu")
+    loaded = load_for_inference(ckpt, "cpu")
+    model, tokenizer = loaded.model, loaded.tokenizer
     expected = []
     for p in prompts:
         ids = torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"]])

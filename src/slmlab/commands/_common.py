@@ -1,5 +1,6 @@
-"""What every command shares: a parser built from the command's docstring, the split of positional
-words into config files and ``key=value`` overrides, and loading a saved model for inference.
+"""What every command shares: a parser built from the command's docstring and the split of positional
+words into config files and ``key=value`` overrides. Loading a saved model for inference is
+:func:`slmlab.train.saved.load_for_inference`.
 
 Imports of torch/transformers stay inside the functions: ``slmlab --help`` imports every command
 module and must not pay for them.
@@ -8,7 +9,6 @@ module and must not pay for them.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def command_parser(func, name: str) -> argparse.ArgumentParser:
@@ -39,36 +39,3 @@ def parse_overrides(items: list[str]) -> dict:
     from ..train.config import parse_overrides as parse
 
     return parse(list(items))
-
-
-def load_for_inference(path: str | Path, device: str = "auto"):
-    """A saved model ready for inference: ``(checkpoint folder, model in eval mode on the device,
-    tokenizer or None, device)``.
-
-    The folder is checked before anything is loaded (JSON files parse, safetensors headers are
-    whole, ``model_type`` is an slmlab family: no code shipped in the folder ever runs), and the
-    loaded weights must be finite.
-
-    Args:
-        path: a run folder (its newest checkpoint), a checkpoint folder, or any saved model folder.
-        device: ``auto`` (CUDA when present, else CPU) or a torch device string.
-    Raises:
-        FileNotFoundError / CheckpointError (a ValueError): nothing usable at ``path``.
-    """
-    from ..data import get_tokenizer
-    from ..train.checkpoint import CheckpointError, non_finite_parameters, resolve_checkpoint
-    from ..train.run import load_saved_model
-    from ..train.trainer import resolve_device
-
-    ckpt = resolve_checkpoint(path)
-    dev = resolve_device(device)
-    model = load_saved_model(ckpt)
-    bad = non_finite_parameters(model)
-    if bad:
-        raise CheckpointError(
-            f"{ckpt} holds non-finite weights (NaN/inf in {bad[:3]}); its outputs would be meaningless: use an earlier"
-            " checkpoint of the run"
-        )
-    model = model.to(dev).eval()
-    tokenizer = get_tokenizer(str(ckpt)) if (ckpt / "tokenizer.json").is_file() else None
-    return ckpt, model, tokenizer, dev

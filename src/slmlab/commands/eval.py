@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ._common import command_parser, load_for_inference
+from ._common import command_parser
 
 
 def eval_command(argv: list[str]) -> int:
@@ -16,14 +16,15 @@ def eval_command(argv: list[str]) -> int:
     Examples:
       slmlab eval runs/quickstart --data shakespeare
       slmlab eval runs/mqar/checkpoints/step_003000 --data mqar:cpu --split test --json
-    The tokenizer saved with the checkpoint is used; block size and data cache default to the
-    run's own (run.yaml beside the weights). Synthetic tasks also print accuracy per group.
+    The tokenizer saved with the checkpoint is used; the block size defaults to the context the
+    model was trained on, the data cache to the run's own (run.yaml beside the weights). Synthetic
+    tasks also print accuracy per group.
 
     lm-evaluation-harness tasks (extra: pip install "slmlab[eval]"):
       slmlab eval runs/quickstart --tasks arc_easy,piqa --limit 100
       slmlab eval runs/quickstart --tasks my_task --include-path my_tasks/
-    The context window is the run's block_size (--block-size to change it); see docs/eval.md for a
-    task on local JSON files that runs offline.
+    The context window is the context the model was trained on (--block-size to change it); see
+    docs/eval.md for a task on local JSON files that runs offline.
     """
     p = command_parser(eval_command, "eval")
     p.add_argument("run")
@@ -45,16 +46,18 @@ def eval_command(argv: list[str]) -> int:
         return _tasks_command(args)
     from ..evaluate.lm import evaluate_source, family_forward_inputs
     from ..train.precision import autocast_factory
-    from ..train.run import open_data, saved_run_config
+    from ..train.run import open_data
+    from ..train.saved import load_for_inference
 
-    ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
-    run_cfg = saved_run_config(ckpt)
+    loaded = load_for_inference(args.run, args.device)
+    ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
+    run_cfg = loaded.run_config
     data = args.data or run_cfg.get("data")
     if not data:
         raise ValueError(f"{ckpt} has no run.yaml naming its data; pass --data")
     if tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; evaluation needs the tokenizer the model was trained with")
-    block = args.block_size or run_cfg.get("block_size") or 256
+    block = args.block_size or loaded.trained_context or 256
     cache = run_cfg.get("data_cache")
     source = open_data(data, tokenizer, block, Path(cache) if cache else None, run_cfg.get("data_errors", "strict"),
                        run_cfg.get("seed", 0))
@@ -75,14 +78,12 @@ def eval_command(argv: list[str]) -> int:
     return 0
 
 
-def trained_context(model, tokenizer, run_cfg: dict, requested: int | None = None) -> int:
-    """The context window to evaluate with: ``requested`` (--block-size), else the run's
-    ``block_size``, else the tokenizer's ``model_max_length`` when it is a real length, else the
-    config's ``max_position_embeddings``; never more than the model accepts."""
+def context_window(model, trained: int | None, requested: int | None = None) -> int:
+    """The context window to evaluate with: ``requested`` (--block-size), else ``trained`` (the
+    checkpoint's trained context, :func:`slmlab.train.saved.trained_context`), else the config's
+    ``max_position_embeddings``; never more than the model accepts."""
     limit = getattr(model.config, "max_position_embeddings", None)
-    tok_len = getattr(tokenizer, "model_max_length", None)
-    tok_len = tok_len if isinstance(tok_len, int) and tok_len < 1_000_000 else None
-    length = requested or run_cfg.get("block_size") or tok_len or limit or 2048
+    length = requested or trained or limit or 2048
     if limit is not None and length > limit:
         if requested:
             raise ValueError(f"--block-size {requested} exceeds the model's {limit} positions (max_position_embeddings); lower it")
@@ -94,17 +95,18 @@ def _tasks_command(args) -> int:
     """``slmlab eval RUN --tasks ...``: lm-evaluation-harness tasks on the checkpoint."""
     from ..evaluate.tasks import parse_limit, require_lm_eval, resolve_tasks, run_tasks, split_task_names
     from ..train.precision import autocast_factory
-    from ..train.run import saved_run_config
+    from ..train.saved import load_for_inference
 
     require_lm_eval()  # before loading the model: a missing extra is the first thing to say
     limit = parse_limit(args.limit)
     selection = resolve_tasks(split_task_names(args.tasks), args.include_path)  # refused before the model loads
     if args.data is not None or args.max_batches is not None or args.split != "validation":
         raise ValueError("--data, --split and --max-batches apply to the bits/byte evaluation; drop them with --tasks")
-    ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
+    loaded = load_for_inference(args.run, args.device)
+    ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
     if tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; lm-eval tasks need the tokenizer the model was trained with")
-    context = trained_context(model, tokenizer, saved_run_config(ckpt), args.block_size)
+    context = context_window(model, loaded.trained_context, args.block_size)
     results = run_tasks(model, tokenizer, selection, max_length=context, limit=limit,
                         num_fewshot=args.num_fewshot, batch_size=args.batch_size, device=dev,
                         autocast=autocast_factory(dev))

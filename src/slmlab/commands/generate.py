@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import command_parser, load_for_inference
+from ._common import command_parser
 
 # Batch-1 decode of the default presets (a few million parameters) is a chain of small GEMVs: a
 # second thread costs more in synchronisation than it saves (docs/cli.md, `slmlab generate`).
@@ -45,9 +45,12 @@ def generate_command(argv: list[str]) -> int:
 
     from slmlab.generation import SamplingConfig, generate
 
+    from ..train.saved import load_for_inference
+
     if args.threads:
         torch.set_num_threads(args.threads)
-    ckpt, model, tokenizer, dev = load_for_inference(args.run, args.device)
+    loaded = load_for_inference(args.run, args.device)
+    ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
     if args.prompt_ids is not None:
         ids = [int(x) for x in args.prompt_ids.replace(" ", "").split(",") if x]
     elif tokenizer is not None:
@@ -58,7 +61,8 @@ def generate_command(argv: list[str]) -> int:
         raise ValueError(f"{ckpt} has no tokenizer.json; pass --prompt-ids")
     if not ids:
         raise ValueError("the prompt is empty; give --prompt text or --prompt-ids")
-    ids, n_new = fit_to_context(ids, args.max_new_tokens, model.max_positions(), args.truncate_prompt)
+    ids, n_new = fit_to_context(ids, args.max_new_tokens, model.max_positions(), args.truncate_prompt,
+                                loaded.trained_context)
     input_ids = torch.tensor([ids], device=dev)
     new: list[int] = []
     printed = 0
@@ -84,15 +88,27 @@ def generate_command(argv: list[str]) -> int:
     return 0
 
 
-def fit_to_context(ids: list[int], max_new_tokens: int, max_positions: int | None, truncate: bool) -> tuple[list[int], int]:
+def fit_to_context(ids: list[int], max_new_tokens: int, max_positions: int | None, truncate: bool,
+                   trained_context: int | None = None) -> tuple[list[int], int]:
     """``(prompt ids, new tokens)`` that fit the model's context, never silently.
 
     A prompt that leaves no room for a new token is an error, unless ``truncate``: then its oldest
     tokens are dropped (keeping room for ``max_new_tokens``, at least one) with a warning. When the
-    context caps ``max_new_tokens``, a note on stderr says so.
+    context caps ``max_new_tokens``, a note on stderr says so; so does one when prompt and new tokens
+    run past ``trained_context`` (the sequence length the model was trained on, when recorded),
+    where the model reads positions it never trained on.
     """
     if max_positions is None:
-        return ids, max_new_tokens
+        ids, n_new = ids, max_new_tokens
+    else:
+        ids, n_new = _fit_positions(ids, max_new_tokens, max_positions, truncate)
+    if trained_context is not None and len(ids) + n_new > trained_context:
+        print(f"slmlab generate: note: {len(ids)} prompt + {n_new} new tokens run past the {trained_context}-token context"
+              " the model was trained on; the tokens beyond it may be poor", file=sys.stderr)
+    return ids, n_new
+
+
+def _fit_positions(ids: list[int], max_new_tokens: int, max_positions: int, truncate: bool) -> tuple[list[int], int]:
     if len(ids) >= max_positions and max_new_tokens > 0:
         if not truncate:
             raise ValueError(

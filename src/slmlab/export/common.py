@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
-# transformers' "no limit" model_max_length (int(1e30)); anything this large was never a trained context
-_UNSET_LENGTH = 10**9
 
 
 @dataclass
@@ -25,12 +23,13 @@ class ExportSource:
     Attributes:
         checkpoint: the checkpoint folder (a run folder resolves to its newest checkpoint).
         run_dir: the run folder holding ``checkpoints/`` (None for a bare saved model).
-        family: the slmlab family name (``lumen``, ``lfm2``, ...).
+        family: the slmlab family name (what the registry knows it by).
         model: the model in eval mode, float32, on the CPU.
         tokenizer: the tokenizer saved with the checkpoint (None if it has none).
         run_config: the checkpoint's ``run.yaml`` (empty if none).
         special_ids: ``{"bos_token_id": .., "eos_token_id": .., "pad_token_id": ..}`` (None = unset).
-        trained_context: the sequence length the model was trained on (None if not recorded).
+        trained_context: the sequence length the model was trained on (None if not recorded;
+            :func:`slmlab.train.saved.trained_context`).
         evaluation: the run report's final validation figures, when they belong to this checkpoint.
         step / tokens_seen: training progress of this checkpoint (None if unknown).
     """
@@ -56,21 +55,16 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _is_synthetic(run_config: dict) -> bool:
-    from ..data import parse_task_spec
-
-    data = run_config.get("data")
-    return isinstance(data, str) and parse_task_spec(data) is not None
-
-
 def special_ids(model, tokenizer, run_config: dict) -> dict:
     """bos/eos/pad ids: those the checkpoint's config recorded (``slmlab train`` writes them), else
     the tokenizer's (checkpoints saved before they were recorded); never for a synthetic task, whose
     ids are its own, and never an id outside the vocabulary."""
+    from ..train.saved import is_synthetic_run
+
     recorded = {name: getattr(model.config, name, None) for name in SPECIAL_IDS}
     if any(v is not None for v in recorded.values()):
         ids = recorded
-    elif tokenizer is None or _is_synthetic(run_config):
+    elif tokenizer is None or is_synthetic_run(run_config):
         ids = dict.fromkeys(SPECIAL_IDS)
     else:
         ids = {name: getattr(tokenizer, name, None) for name in SPECIAL_IDS}
@@ -78,31 +72,16 @@ def special_ids(model, tokenizer, run_config: dict) -> dict:
     return {k: (int(v) if isinstance(v, int) and 0 <= v < vocab else None) for k, v in ids.items()}
 
 
-def trained_context(tokenizer, run_config: dict) -> int | None:
-    """The trained sequence length: the tokenizer's ``model_max_length`` (``slmlab train`` sets it),
-    else a text run's ``block_size`` from ``run.yaml``; None when neither says."""
-    length = getattr(tokenizer, "model_max_length", None) if tokenizer is not None else None
-    if isinstance(length, int) and 0 < length < _UNSET_LENGTH:
-        return length
-    block = run_config.get("block_size")
-    if isinstance(block, int) and block > 0 and run_config.get("data") and not _is_synthetic(run_config):
-        return block
-    return None
+def load_source(source) -> ExportSource:
+    """Load a run, checkpoint or saved slmlab model (a path, or a
+    :class:`slmlab.train.saved.SavedCheckpoint` already opened) for export: resolved and checked once,
+    on the CPU, float32, finite weights checked, no code shipped in the folder run
+    (:func:`slmlab.train.saved.load_for_inference`). The run report's validation figures are kept
+    only when the report names this very checkpoint."""
+    from ..train.saved import load_for_inference
 
-
-def load_source(source: str | Path) -> ExportSource:
-    """Load a run, checkpoint or saved slmlab model for export (CPU, float32, finite weights checked;
-    no code shipped in the folder runs). The run report's validation figures are kept only when the
-    report names this very checkpoint."""
-    from ..commands._common import load_for_inference
-    from ..models.registry import check_saved_model_type
-    from ..train.checkpoint import resolve_checkpoint
-    from ..train.run import saved_run_config
-
-    ckpt = resolve_checkpoint(source)
-    family = check_saved_model_type(ckpt).name
-    ckpt, model, tokenizer, _ = load_for_inference(ckpt, "cpu")
-    run_config = saved_run_config(ckpt)
+    loaded = load_for_inference(source, "cpu")
+    ckpt, model, tokenizer, run_config = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.run_config
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
     state = _read_json(ckpt / "trainer" / "state.json")
     evaluation = None
@@ -112,9 +91,10 @@ def load_source(source: str | Path) -> ExportSource:
         if named and Path(named).name == ckpt.name and isinstance(report.get("final_eval"), dict):
             evaluation = report["final_eval"]
     return ExportSource(
-        checkpoint=ckpt, run_dir=run_dir, family=family, model=model, tokenizer=tokenizer, run_config=run_config,
-        special_ids=special_ids(model, tokenizer, run_config), trained_context=trained_context(tokenizer, run_config),
-        evaluation=evaluation, step=state.get("step"), tokens_seen=state.get("tokens_seen"),
+        checkpoint=ckpt, run_dir=run_dir, family=loaded.family.name, model=model, tokenizer=tokenizer,
+        run_config=run_config, special_ids=special_ids(model, tokenizer, run_config),
+        trained_context=loaded.trained_context, evaluation=evaluation, step=state.get("step"),
+        tokens_seen=state.get("tokens_seen"),
     )
 
 

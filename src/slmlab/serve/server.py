@@ -15,7 +15,8 @@ from .worker import Worker
 class Server:
     """A built server: ``app`` (FastAPI; run it with uvicorn), its ``worker`` and what it serves.
 
-    ``batching_refusal`` is None when requests are batched, else why they queue.
+    ``batching_refusal`` is None when requests are batched, else why they queue;
+    ``trained_context`` the sequence length the model was trained on (None if not recorded).
     """
 
     app: object
@@ -23,13 +24,15 @@ class Server:
     served: ServedModel
     checkpoint: Path
     batching_refusal: str | None
+    trained_context: int | None = None
 
     def describe(self) -> list[str]:
         """The start-up lines: what is served, and how concurrent requests are handled."""
         model = self.served.model
         params = sum(p.numel() for p in model.parameters())
-        head = (f"{self.served.name} ({model.config.model_type}, {params:,} parameters, context {self.served.context})"
-                f" from {self.checkpoint}")
+        trained = f", trained on {self.trained_context}" if self.trained_context is not None else ""
+        head = (f"{self.served.name} ({model.config.model_type}, {params:,} parameters, context {self.served.context}"
+                f"{trained}) from {self.checkpoint}")
         if self.batching_refusal is None:
             mode = (f"continuous batching: up to {self.worker.max_batch} requests decode together (left-padded rows"
                     " over the family's cache)")
@@ -45,18 +48,19 @@ def build_server(run: str | Path, max_batch: int = 8, max_queue: int = 64, api_k
     Raises:
         ValueError: no tokenizer saved with the model, or bad limits.
     """
-    from ..commands._common import load_for_inference
+    from ..train.saved import load_for_inference
 
     if max_batch < 1 or max_queue < 1:
         raise ValueError(f"max_batch and max_queue must be >= 1, got {max_batch} and {max_queue}")
-    ckpt, model, tokenizer, _ = load_for_inference(run, device)
+    loaded = load_for_inference(run, device)
+    ckpt, model, tokenizer = loaded.checkpoint, loaded.model, loaded.tokenizer
     if tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; serve a run or checkpoint saved with its tokenizer")
     stop_ids = end_of_text_ids(model.config, tokenizer)
     refusal = "--max-batch 1" if max_batch == 1 else batching_refusal(model)
     served = ServedModel(model_name or run_name(run, ckpt), model, tokenizer, stop_ids, model.max_positions())
     worker = Worker(model, stop_ids, max_batch, max_queue, batched=refusal is None)
-    return Server(build_app(served, worker, api_key), worker, served, ckpt, refusal)
+    return Server(build_app(served, worker, api_key), worker, served, ckpt, refusal, loaded.trained_context)
 
 
 def end_of_text_ids(config, tokenizer) -> list[int]:

@@ -7,7 +7,8 @@ Layout of one checkpoint folder ``<run>/checkpoints/step_000100/``::
     run.yaml                                                  (the resolved run config)
     trainer/optimizer.safetensors + trainer/optimizer.json    (tensors / structure of the optimiser state)
     trainer/rng.safetensors                                   (torch CPU and CUDA generator states)
-    trainer/state.json                                        (step, data position, tokens, best metrics)
+    trainer/state.json                                        (step, data position, tokens, best metrics,
+                                                               the trained context)
 
 Everything is written into a hidden temporary folder that is renamed to its final name only when
 complete, so a crash mid-write leaves the previous checkpoint intact; tensors go through safetensors
@@ -35,6 +36,19 @@ REQUIRED_FILES = (
     "trainer/optimizer.safetensors",
     "trainer/rng.safetensors",
 )
+
+
+# The key of ``trainer/state.json`` recording the sequence length the model was trained on (read by
+# :func:`slmlab.train.saved.trained_context`).
+TRAINED_CONTEXT = "trained_context"
+# transformers' "no limit" ``model_max_length`` is int(1e30); anything this large was never a trained length
+_NO_LENGTH = 10**9
+
+
+def real_length(value) -> int | None:
+    """``value`` when it is a real sequence length (a positive int below transformers' "no limit"
+    placeholder), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < _NO_LENGTH else None
 
 
 class CheckpointError(ValueError):
@@ -172,7 +186,8 @@ def remove_stale_temporaries(root: Path) -> list[Path]:
 
 
 def save_checkpoint(
-    root: Path, step: int, model, tokenizer, optimizer, trainer_state: dict, run_config: dict, keep: int = 0
+    root: Path, step: int, model, tokenizer, optimizer, trainer_state: dict, run_config: dict, keep: int = 0,
+    trained_context: int | None = None,
 ) -> Path:
     """Write ``root/step_{step:06d}`` atomically and prune to the newest ``keep`` (0 = keep all).
 
@@ -186,6 +201,10 @@ def save_checkpoint(
         optimizer: anything with ``state_dict()``.
         trainer_state: JSON-able step / data position / metrics.
         run_config: the resolved run config (saved as ``run.yaml``).
+        keep: how many checkpoints to keep (0 = all).
+        trained_context: the sequence length the model is trained on (the trainer passes its
+            source's ``seq_len``), recorded in ``trainer/state.json`` as ``trained_context`` and read
+            back by :func:`slmlab.train.saved.trained_context`; None when unknown.
     Raises:
         NonFiniteWeights: the model holds NaN/inf parameters (nothing is written).
     """
@@ -206,7 +225,7 @@ def save_checkpoint(
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         (tmp / "run.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
-        write_trainer_files(tmp / "trainer", optimizer, trainer_state)
+        write_trainer_files(tmp / "trainer", optimizer, {**trainer_state, TRAINED_CONTEXT: trained_context})
         _fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
             if _exchange(tmp, final):  # tmp now holds the old folder

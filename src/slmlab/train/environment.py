@@ -1,4 +1,5 @@
-"""What a run was measured on: library versions, the slmlab source commit, device, dtype, threads, date.
+"""Where a run computes and what it was measured on: the device a spec names
+(:func:`resolve_device`), and library versions, the slmlab source commit, device, dtype, threads, date.
 
 :func:`run_environment` is recorded in ``report.json`` so a number can be traced to the code and
 machine that produced it. The git commit is that of the slmlab source tree (when slmlab runs from a
@@ -14,6 +15,34 @@ import subprocess
 from pathlib import Path
 
 import torch
+
+from .distributed import DistInfo
+
+
+def resolve_device(spec: str, dist_info: DistInfo | None = None) -> torch.device:
+    """``auto`` -> ``cuda:<local_rank>`` when CUDA is present, else ``cpu``; an explicit device must
+    exist here (``device=cuda`` on a CPU build is a ``ValueError`` saying what to use instead)."""
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", dist_info.local_rank if dist_info else 0)
+        return torch.device("cpu")
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device={spec!r} is not a torch device; use auto, cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={spec!r} but this machine or torch build has no CUDA; use device=auto or device=cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device={spec!r} but only {torch.cuda.device_count()} CUDA device(s) exist; use cuda:0..")
+    if device.type not in ("cpu", "cuda") and not _backend_available(device.type):
+        raise ValueError(f"device={spec!r} is not available on this machine; use device=auto or device=cpu")
+    return device
+
+
+def _backend_available(kind: str) -> bool:
+    module = getattr(torch, kind, None) or getattr(torch.backends, kind, None)
+    probe = getattr(module, "is_available", None)
+    return bool(probe()) if callable(probe) else False
 
 
 def _version(package: str) -> str | None:

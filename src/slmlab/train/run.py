@@ -16,7 +16,9 @@ import torch
 from .checkpoint import list_checkpoints, resolve_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, barrier, init_distributed
-from .trainer import Trainer, resolve_device
+from .environment import resolve_device
+from .saved import load_saved_model, saved_run_config
+from .trainer import Trainer
 
 
 def _cache_dir(cfg: RunConfig) -> Path | None:
@@ -69,21 +71,6 @@ def build_tokenizer(cfg: RunConfig, dist_info: DistInfo, origin: Path | None = N
     return tok if tok is not None else fresh_tokenizer(cfg)
 
 
-def saved_run_config(ckpt: Path) -> dict:
-    """A checkpoint's ``run.yaml`` as a dict (empty when it has none); malformed YAML names the file."""
-    import yaml
-
-    path = ckpt / "run.yaml"
-    if not path.is_file():
-        return {}
-    try:
-        with path.open(encoding="utf-8") as stream:  # a YAML error then names the file
-            saved = yaml.safe_load(stream)
-    except yaml.YAMLError as err:
-        raise ValueError(f"malformed YAML in {path} ({err}); fix the file's syntax or use an earlier checkpoint") from None
-    return saved if isinstance(saved, dict) else {}
-
-
 def check_tokenizer_request(cfg: RunConfig, ckpt: Path, given: frozenset[str]) -> None:
     """Fine-tuning ``ckpt`` reuses its tokenizer: an explicit ``tokenizer=`` / ``vocab_size=`` that
     disagrees with the checkpoint's is refused (it would re-map every token id)."""
@@ -109,21 +96,6 @@ def needed_vocab(source, tokenizer) -> int:
     if source.is_synthetic:
         return int(source.min_vocab_size)
     return max(len(tokenizer), int(source.min_vocab_size))
-
-
-def load_saved_model(folder: str | Path):
-    """A saved slmlab model for fine-tuning or inference, loaded without running any code shipped
-    in the folder: its ``config.json`` must name an slmlab family (``trust_remote_code=False``)."""
-    from transformers import AutoModelForCausalLM
-
-    from ..models.registry import check_saved_model_type
-    from .checkpoint import _quiet_hf_progress, check_checkpoint
-
-    ckpt = resolve_checkpoint(folder)
-    check_checkpoint(ckpt, need_trainer=False)
-    check_saved_model_type(ckpt)
-    with _quiet_hf_progress():
-        return AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32, trust_remote_code=False)
 
 
 def build_model(cfg: RunConfig, vocab_size: int, seq_len: int):
@@ -170,7 +142,9 @@ def record_tokenizer(model, tokenizer, seq_len: int, synthetic: bool = False) ->
     """Make every checkpoint tell its clients how to use it: the tokenizer's bos/eos/pad ids go into
     the model's config and generation config (``config.json`` and ``generation_config.json``, so
     transformers' ``generate`` and ``pipeline`` stop at end-of-text), and the trained context
-    ``seq_len`` becomes the tokenizer's ``model_max_length``. A synthetic task's ids are its own
+    ``seq_len`` becomes the tokenizer's ``model_max_length``, which every checkpoint then records as
+    ``trained_context`` in ``trainer/state.json`` (:func:`slmlab.train.checkpoint.save_checkpoint`;
+    read back by :func:`slmlab.train.saved.trained_context`). A synthetic task's ids are its own
     (the byte tokenizer only labels them), so its ids stay unset, as do ids outside the vocabulary."""
     if tokenizer is None:
         return

@@ -23,6 +23,7 @@ from ..evaluate.lm import evaluate_source, family_forward_inputs, model_inputs
 from .checkpoint import NonFiniteWeights, list_checkpoints, load_training_state, save_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, all_reduce_mean, barrier, broadcast_flag
+from .environment import resolve_device
 from .metrics import MetricsLogger
 from .optim import build_optimizer, lr_factor, set_lr
 from .precision import autocast_factory
@@ -31,32 +32,6 @@ from .progress import Progress
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN/inf; the message names the step and the last good checkpoint."""
-
-
-def resolve_device(spec: str, dist_info: DistInfo | None = None) -> torch.device:
-    """``auto`` -> ``cuda:<local_rank>`` when CUDA is present, else ``cpu``; an explicit device must
-    exist here (``device=cuda`` on a CPU build is a ``ValueError`` saying what to use instead)."""
-    if spec == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", dist_info.local_rank if dist_info else 0)
-        return torch.device("cpu")
-    try:
-        device = torch.device(spec)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device={spec!r} is not a torch device; use auto, cpu, cuda or cuda:<index>") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={spec!r} but this machine or torch build has no CUDA; use device=auto or device=cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"device={spec!r} but only {torch.cuda.device_count()} CUDA device(s) exist; use cuda:0..")
-    if device.type not in ("cpu", "cuda") and not _backend_available(device.type):
-        raise ValueError(f"device={spec!r} is not available on this machine; use device=auto or device=cpu")
-    return device
-
-
-def _backend_available(kind: str) -> bool:
-    module = getattr(torch, kind, None) or getattr(torch.backends, kind, None)
-    probe = getattr(module, "is_available", None)
-    return bool(probe()) if callable(probe) else False
 
 
 @dataclass(frozen=True)
@@ -176,6 +151,7 @@ class Trainer:
                 path = save_checkpoint(
                     self.ckpt_root, self.state.step, self.model, self.tokenizer, self.optimizer,
                     self.state.to_json(self.cfg, self.dist.world_size), self.cfg.to_dict(), self.cfg.keep_checkpoints,
+                    trained_context=self.source.seq_len,
                 )
             except NonFiniteWeights as err:
                 last = self.last_checkpoint()

@@ -1,0 +1,184 @@
+"""A saved model folder, opened once: resolve, check, load.
+
+Everything that runs a saved slmlab model (``slmlab eval``, ``generate``, ``serve``, ``export``, the
+benchmarks) goes through :func:`load_for_inference`: the path is resolved to one checkpoint folder
+and checked once (:func:`open_checkpoint`: JSON files parse, safetensors headers are whole,
+``model_type`` is an slmlab family, so no code shipped in the folder ever runs), then the weights
+are loaded and must be finite. What the run recorded beside the weights comes with them: the run
+config (``run.yaml``) and the trained context (:func:`trained_context`, the one reader of it).
+
+The commands import this module inside their functions: ``slmlab --help`` must not pay for torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .checkpoint import TRAINED_CONTEXT, real_length, resolve_checkpoint
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """A resolved and checked checkpoint folder, its weights not read yet.
+
+    Attributes:
+        checkpoint: the checkpoint folder (a run folder resolves to its newest checkpoint).
+        family: the slmlab :class:`~slmlab.models.registry.Family` its ``config.json`` names.
+        run_config: its ``run.yaml`` (empty when it has none).
+        trained_context: the sequence length the model was trained on (None if not recorded).
+    """
+
+    checkpoint: Path
+    family: object
+    run_config: dict = field(default_factory=dict)
+    trained_context: int | None = None
+
+
+@dataclass
+class LoadedModel:
+    """A saved model ready for inference, and what its run recorded.
+
+    Attributes:
+        checkpoint: the checkpoint folder it was loaded from.
+        family: its slmlab :class:`~slmlab.models.registry.Family`.
+        model: the model in eval mode, float32, on ``device``.
+        tokenizer: the tokenizer saved with it (None if it has none).
+        device: the ``torch.device`` it is on.
+        run_config: the checkpoint's ``run.yaml`` (empty when it has none).
+        trained_context: the sequence length the model was trained on (None if not recorded).
+    """
+
+    checkpoint: Path
+    family: object
+    model: object
+    tokenizer: object
+    device: object
+    run_config: dict = field(default_factory=dict)
+    trained_context: int | None = None
+
+
+def saved_run_config(ckpt: Path) -> dict:
+    """A checkpoint's ``run.yaml`` as a dict (empty when it has none); malformed YAML names the file."""
+    import yaml
+
+    path = Path(ckpt) / "run.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        with path.open(encoding="utf-8") as stream:  # a YAML error then names the file
+            saved = yaml.safe_load(stream)
+    except yaml.YAMLError as err:
+        raise ValueError(f"malformed YAML in {path} ({err}); fix the file's syntax or use an earlier checkpoint") from None
+    return saved if isinstance(saved, dict) else {}
+
+
+def is_synthetic_run(run_config: dict) -> bool:
+    """Whether a run config's ``data`` is a synthetic task (whose ids and sequence length are its own)."""
+    from ..data import parse_task_spec
+
+    data = run_config.get("data")
+    return isinstance(data, str) and parse_task_spec(data) is not None
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def trained_context(checkpoint: str | Path, run_config: dict | None = None) -> int | None:
+    """The sequence length the model in ``checkpoint`` (a checkpoint folder, as
+    :func:`slmlab.train.checkpoint.resolve_checkpoint` returns) was trained on; None when nothing
+    records it. Every consumer (eval, export, serve, generate) reads it here.
+
+    ``slmlab train`` records it with every checkpoint: ``trained_context`` in ``trainer/state.json``
+    (:func:`slmlab.train.checkpoint.save_checkpoint`). For a folder without that record (checkpoints
+    written before it existed, saved models) it falls back to:
+
+    1. ``tokenizer_config.json``'s ``model_max_length``, which ``slmlab train`` has always set to the
+       trained length (transformers' "no limit" placeholder is not a length);
+    2. a text run's ``block_size`` in ``run.yaml`` (``run_config`` when the caller has read it; a
+       synthetic task fixes its own length, so its ``block_size`` says nothing).
+    """
+    ckpt = Path(checkpoint)
+    recorded = real_length(_json_object(ckpt / "trainer" / "state.json").get(TRAINED_CONTEXT))
+    if recorded is not None:
+        return recorded
+    length = real_length(_json_object(ckpt / "tokenizer_config.json").get("model_max_length"))
+    if length is not None:
+        return length
+    run_config = saved_run_config(ckpt) if run_config is None else run_config
+    block = real_length(run_config.get("block_size"))
+    if block is not None and run_config.get("data") and not is_synthetic_run(run_config):
+        return block
+    return None
+
+
+def open_checkpoint(path: str | Path) -> SavedCheckpoint:
+    """Resolve ``path`` to one checkpoint folder and check it, reading no weights.
+
+    Args:
+        path: a run folder (its newest checkpoint), a checkpoint folder, or any saved model folder.
+    Raises:
+        FileNotFoundError / CheckpointError (a ValueError): nothing usable at ``path``.
+        ValueError: ``model_type`` is not an slmlab family, or ``run.yaml`` is malformed.
+    """
+    from ..models.registry import check_saved_model_type
+    from .checkpoint import check_checkpoint
+
+    ckpt = resolve_checkpoint(path)
+    check_checkpoint(ckpt, need_trainer=False)
+    family = check_saved_model_type(ckpt)
+    run_config = saved_run_config(ckpt)
+    return SavedCheckpoint(ckpt, family, run_config, trained_context(ckpt, run_config))
+
+
+def _from_pretrained(ckpt: Path):
+    """The model of a checked checkpoint folder (float32, ``trust_remote_code=False``)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from .checkpoint import _quiet_hf_progress
+
+    with _quiet_hf_progress():
+        return AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32, trust_remote_code=False)
+
+
+def load_saved_model(folder: str | Path):
+    """A saved slmlab model for fine-tuning, loaded without running any code shipped in the folder:
+    its ``config.json`` must name an slmlab family (``trust_remote_code=False``)."""
+    return _from_pretrained(open_checkpoint(folder).checkpoint)
+
+
+def load_for_inference(path: str | Path | SavedCheckpoint, device: str = "auto") -> LoadedModel:
+    """A saved model ready for inference (:class:`LoadedModel`), its folder resolved and checked once.
+
+    Args:
+        path: a run folder (its newest checkpoint), a checkpoint folder, any saved model folder, or
+            a :class:`SavedCheckpoint` already opened (:func:`open_checkpoint`).
+        device: ``auto`` (CUDA when present, else CPU) or a torch device string.
+    Raises:
+        FileNotFoundError / CheckpointError (a ValueError): nothing usable at ``path``, or weights
+            that are not finite.
+    """
+    from ..data import get_tokenizer
+    from .checkpoint import CheckpointError, non_finite_parameters
+    from .environment import resolve_device
+
+    saved = path if isinstance(path, SavedCheckpoint) else open_checkpoint(path)
+    ckpt = saved.checkpoint
+    dev = resolve_device(device)
+    model = _from_pretrained(ckpt)
+    bad = non_finite_parameters(model)
+    if bad:
+        raise CheckpointError(
+            f"{ckpt} holds non-finite weights (NaN/inf in {bad[:3]}); its outputs would be meaningless: use an earlier"
+            " checkpoint of the run"
+        )
+    model = model.to(dev).eval()
+    tokenizer = get_tokenizer(str(ckpt)) if (ckpt / "tokenizer.json").is_file() else None
+    return LoadedModel(ckpt, saved.family, model, tokenizer, dev, saved.run_config, saved.trained_context)
