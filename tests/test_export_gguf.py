@@ -214,9 +214,18 @@ def test_refuses_other_families(tmp_path):
     from test_pgsm import TINY
 
     folder = save(tmp_path, PGSMForCausalLM(PGSMConfig(**TINY)), None)
-    with pytest.raises(ValueError, match=r"'pgsm'.*supported: lumen \(llama.cpp 'llama'\), lfm2 \(llama.cpp 'lfm2'\)"):
+    # the supported families in the registry's order (the family folders', alphabetical)
+    with pytest.raises(ValueError, match=r"'pgsm'.*supported: lfm2 \(llama.cpp 'lfm2'\), lumen \(llama.cpp 'llama'\);"):
         export_gguf(folder, tmp_path / "m.gguf", dtype="f32", force=False)
     assert not (tmp_path / "m.gguf").exists()
+
+
+def test_every_declared_architecture_is_one_gguf_knows():
+    from slmlab.models.registry import families, get_export_info
+
+    declared = {name: get_export_info(fam).gguf_arch for name, fam in families().items()}
+    assert {n: a for n, a in declared.items() if a} == {"lumen": "llama", "lfm2": "lfm2"}
+    assert {a for a in declared.values() if a} <= set(gguf.MODEL_ARCH_NAMES.values())
 
 
 @pytest.mark.parametrize("dtype", ["q4_0", "bf16", "F32"])

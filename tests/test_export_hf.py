@@ -325,3 +325,24 @@ def test_missing_source_and_missing_tokenizer_are_clear(small_run, tmp_path, cap
     tiny_model("lumen").save_pretrained(str(bare))
     assert cli.main(["export", str(bare), "--to", "hf", str(tmp_path / "out")]) == 2
     assert "has no tokenizer.json" in capsys.readouterr().err
+
+
+# -- families own their exports ------------------------------------------------------------------------
+
+def test_every_family_declares_its_export_and_the_exporters_name_none():
+    """Each family's convert.py declares how it leaves (registered with the family); the export
+    package looks it up and holds no family name as a string and no ``family ==`` branch."""
+    import slmlab.export
+    from slmlab.models.registry import families, get_export_info
+
+    for name, fam in families().items():
+        info = get_export_info(name)
+        assert fam.export is info and info.display_name, name
+        assert (info.hf_twin is None) == bool(info.hf_reason), name  # remote code says why
+    names = set(families())
+    for path in Path(slmlab.export.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        assert not strings & names, (path.name, strings & names)
+        compares = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Compare) and "family" in ast.unparse(n.left)]
+        assert not compares, (path.name, compares)

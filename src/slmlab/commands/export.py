@@ -45,6 +45,9 @@ def export_command(argv: list[str]) -> int:
         trust = ", trust_remote_code=True" if result.kind != "native" else ""
         print(f"slmlab export: wrote {result.out} ({result.family} as {result.architecture}, {result.kind},"
               f" {result.dtype}); load it with AutoModelForCausalLM.from_pretrained({str(result.out)!r}{trust})")
+        why = result.why_remote or result.no_twin
+        if why:
+            print(f"slmlab export: remote code because {why}")
         return 0
     from ..export.gguf import export_gguf
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from .common import ExportSource
 
-_NAMES = {"lumen": "SAGE-Lumen", "lfm2": "LFM2", "pgsm": "PGSM", "nanohammer": "NanoHammer", "neollm": "NeoLLM"}
-
 
 def _sizes(config) -> list[str]:
     rows = []
@@ -20,12 +18,15 @@ def _sizes(config) -> list[str]:
 
 
 def model_card(src: ExportSource, result) -> str:
-    """The card's markdown for an export ``result`` (:class:`slmlab.export.hf.HFExport`) of ``src``."""
+    """The card's markdown for an export ``result`` (:class:`slmlab.export.hf.HFExport`) of ``src``;
+    the family's name is its ``display_name`` (:class:`slmlab.models.export_info.ExportInfo`)."""
+    from ..models.registry import get_export_info
+
     config = src.model.config
     params = sum(p.numel() for p in src.model.parameters())
     remote = result.kind != "native"
     trust = ", trust_remote_code=True" if remote else ""
-    name = _NAMES.get(src.family, src.family)
+    name = get_export_info(src.family).display_name
     run = src.run_config
     lines = [
         "---",

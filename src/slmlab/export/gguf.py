@@ -1,23 +1,20 @@
-"""GGUF export: a lumen or lfm2 model, with its own tokenizer, as one llama.cpp file.
+"""GGUF export: a model, with its own tokenizer, as one llama.cpp file.
 
-Both families are llama.cpp architectures: lumen is ``llama`` (a Llama decoder: RMSNorm, GQA with
-RoPE, SwiGLU) and lfm2 is ``lfm2`` (gated short convolutions beside GQA with QK-norm). The file is
-written with the ``gguf`` package (``pip install "slmlab[export]"``) following llama.cpp's own
+A family exports to GGUF when its ``convert.py`` declares a llama.cpp architecture
+(``EXPORT.gguf``, a :class:`slmlab.models.export_info.GGUFLayout`, looked up through
+:func:`slmlab.models.registry.get_export_info`): the family writes the architecture's
+hyper-parameters and puts each tensor in llama.cpp's layout; this module does the rest, for every
+family, with the ``gguf`` package (``pip install "slmlab[export]"``), following llama.cpp's own
 converter (``convert_hf_to_gguf.py``), which is not used:
 
 * tensor names come from ``gguf``'s name map of the architecture (``model.layers.0.self_attn.q_proj``
-  -> ``blk.0.attn_q``; lfm2's final ``embedding_norm`` -> ``token_embd_norm``); a tied LM head is
-  not written (llama.cpp reuses ``token_embd``);
-* llama's q/k rows are permuted per head from the rotate-half RoPE layout (transformers', ours) to the
-  adjacent-pair layout llama.cpp's ``llama`` graph rotates (:func:`permute_qk`); lfm2 runs with
-  rotate-half RoPE in llama.cpp, so its rows stay as they are;
-* lfm2's depthwise conv weight ``[d, 1, K]`` is stored as ``[d, K]`` (llama.cpp's ``{K, d}``);
-  attention layers get their KV head count and conv layers 0 in ``lfm2.attention.head_count_kv``,
-  which is how llama.cpp tells the layer kinds apart;
-* norms, 1-D tensors and the conv kernel stay f32 whatever the dtype; ``f16`` and ``q8_0`` apply to
-  the matrices. ``q8_0`` needs every matrix row to be a whole number of 32-value blocks;
+  -> ``blk.0.attn_q``); a tied LM head is not written (llama.cpp reuses ``token_embd``);
+* norms and 1-D tensors stay f32 whatever the dtype (and what the family keeps in f32, e.g. a conv
+  kernel); ``f16`` and ``q8_0`` apply to the matrices. ``q8_0`` needs every matrix row to be a
+  whole number of 32-value blocks;
 * ``context_length`` (llama.cpp's training context and default ``n_ctx``) is the context the run
-  trained on when recorded (the tokenizer's ``model_max_length``), else the model's position limit.
+  trained on when recorded (:func:`slmlab.train.saved.trained_context`), else the model's position
+  limit.
 
 llama.cpp's converter recognises a tokenizer by the hash of a few known vocabularies and rejects
 slmlab's per-run BPE; here the run's own vocabulary is written: tokens in ids order (padded with
@@ -38,9 +35,12 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..models.export_info import GGUFLayout
 
 DTYPES = ("f32", "f16", "q8_0")
-ARCHITECTURES = {"lumen": "llama", "lfm2": "lfm2"}
 Q8_BLOCK = 32
 
 
@@ -58,15 +58,15 @@ def export_gguf(source: Path, out: Path, *, dtype: str = "f32", force: bool = Fa
         ValueError: a family llama.cpp does not run, a dtype the model cannot take, an existing
             ``out`` without ``force``, a tokenizer that is not byte-level BPE.
     """
-    from ..models.registry import check_saved_model_type
-    from ..train.checkpoint import resolve_checkpoint
+    from ..train.saved import open_checkpoint
     from .common import load_source
 
     check_dtype(dtype)
     out = Path(out)
     _check_out_file(out, force)
-    check_family(check_saved_model_type(resolve_checkpoint(source)).name)  # before any weight is read
-    src = load_source(source)
+    saved = open_checkpoint(source)  # resolved and checked once
+    gguf_layout(saved.family.name)  # refused before any weight is read
+    src = load_source(saved)
     # a synthetic task's ids are its own (its byte tokenizer only labels them): ids only, no specials
     synthetic = src.tokenizer is not None and all(v is None for v in src.special_ids.values())
     return write_gguf(src.model, None if synthetic else src.tokenizer, out, dtype=dtype,
@@ -80,14 +80,20 @@ def check_dtype(dtype: str) -> None:
         raise ValueError(f"GGUF dtype {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
 
 
-def check_family(family: str) -> None:
-    """Refuse a family llama.cpp has no architecture for, naming those that export."""
-    if family not in ARCHITECTURES:
-        supported = ", ".join(f"{f} (llama.cpp '{a}')" for f, a in ARCHITECTURES.items())
+def gguf_layout(family: str) -> GGUFLayout:
+    """The family's llama.cpp layout (its ``EXPORT.gguf``); refuses a family with none, naming those
+    that export."""
+    from ..models.registry import families, get_export_info
+
+    layout = get_export_info(family).gguf
+    if layout is None:
+        arches = {name: get_export_info(fam).gguf_arch for name, fam in families().items()}
+        supported = ", ".join(f"{name} (llama.cpp '{arch}')" for name, arch in arches.items() if arch is not None)
         raise ValueError(
             f"family {family!r} has no llama.cpp architecture, so it cannot be exported to GGUF; supported: "
             f"{supported}; export it with --to hf instead"
         )
+    return layout
 
 
 def _check_out_file(out: Path, force: bool) -> None:
@@ -100,30 +106,9 @@ def _check_out_file(out: Path, force: bool) -> None:
 # -- tensors ---------------------------------------------------------------------------------------
 
 
-def permute_qk(weight, n_heads: int):
-    """llama.cpp's q/k row order for its ``llama`` graph: within each head, rows ``[0..D/2)`` and
-    ``[D/2..D)`` (the two halves that rotate-half RoPE pairs) are interleaved to ``0, D/2, 1, D/2+1,
-    ...`` (adjacent pairs). ``weight [n_heads * D, d_in]`` (a numpy array or tensor)."""
-    rows = weight.shape[0]
-    return weight.reshape(n_heads, 2, rows // n_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
-def _llama_tensor(name: str, array, config):
-    if name.endswith("self_attn.q_proj.weight"):
-        return permute_qk(array, config.num_heads)
-    if name.endswith("self_attn.k_proj.weight"):
-        return permute_qk(array, config.num_kv_heads)
-    return array
-
-
-def _lfm2_tensor(name: str, array, config):
-    if name.endswith("conv.conv.weight"):
-        return array.reshape(array.shape[0], array.shape[-1])  # [d, 1, K] -> [d, K]
-    return array
-
-
-def _model_tensors(model, arch, transform: Callable) -> Iterator[tuple[str, str, object]]:
-    """``(gguf name, slmlab name, float32 numpy array)`` for every weight the file holds."""
+def _model_tensors(model, arch, transform: Callable | None) -> Iterator[tuple[str, str, object]]:
+    """``(gguf name, slmlab name, float32 numpy array)`` for every weight the file holds, in the
+    family's llama.cpp layout (``transform``, :attr:`GGUFLayout.tensor`)."""
     import gguf
 
     config = model.config
@@ -136,78 +121,19 @@ def _model_tensors(model, arch, transform: Callable) -> Iterator[tuple[str, str,
         gguf_name = name_map.get_name(name, try_suffixes=(".weight", ".bias"))
         if gguf_name is None:
             raise ValueError(f"{name} has no GGUF tensor name in llama.cpp's {gguf.MODEL_ARCH_NAMES[arch]!r} architecture")
-        yield gguf_name, name, transform(name, tensor.detach().float().cpu().numpy(), config)
+        array = tensor.detach().float().cpu().numpy()
+        yield gguf_name, name, transform(name, array, config) if transform is not None else array
 
 
-def _tensor_type(gguf_name: str, array, dtype: str):
-    """The GGML type of one tensor: f32 for norms, 1-D tensors and the conv kernel (as llama.cpp's
-    converter), ``dtype`` for the matrices."""
+def _tensor_type(gguf_name: str, array, dtype: str, keep_f32: tuple[str, ...] = ()):
+    """The GGML type of one tensor: f32 for norms, 1-D tensors and the tensors the family keeps in
+    f32 (``keep_f32``, as llama.cpp's converter), ``dtype`` for the matrices."""
     import gguf
 
     t = gguf.GGMLQuantizationType
-    if array.ndim == 1 or gguf_name.endswith("_norm.weight") or ".shortconv.conv." in gguf_name:
+    if array.ndim == 1 or gguf_name.endswith("_norm.weight") or any(part in gguf_name for part in keep_f32):
         return t.F32
     return {"f32": t.F32, "f16": t.F16, "q8_0": t.Q8_0}[dtype]
-
-
-# -- architectures ---------------------------------------------------------------------------------
-
-
-def _llama_metadata(writer, config) -> None:
-    if config.intermediate_dim == 0:
-        raise ValueError(
-            "this lumen model has no MLP sublayer (intermediate_dim=0); llama.cpp's 'llama' architecture requires"
-            " one in every block, so it cannot be exported to GGUF (use --to hf)"
-        )
-    writer.add_embedding_length(config.hidden_dim)
-    writer.add_block_count(config.num_layers)
-    writer.add_feed_forward_length(config.intermediate_dim)
-    writer.add_head_count(config.num_heads)
-    writer.add_head_count_kv(config.num_kv_heads)
-    writer.add_rope_dimension_count(config.head_dim)
-    writer.add_rope_freq_base(float(config.rope_theta))
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_vocab_size(config.vocab_size)
-
-
-def _lfm2_metadata(writer, config) -> None:
-    if config.conv_bias:
-        raise ValueError(
-            "this lfm2 model has conv biases (conv_bias=True); llama.cpp's 'lfm2' architecture has none, so it"
-            " cannot be exported to GGUF (use --to hf)"
-        )
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_layers)
-    writer.add_feed_forward_length(config.effective_intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    # llama.cpp's lfm2 reads a conv layer as one with no KV heads
-    writer.add_head_count_kv([config.num_key_value_heads if kind == "attn" else 0 for kind in config.layer_order])
-    writer.add_rope_freq_base(float(config.rope_theta))
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_shortconv_l_cache(config.conv_kernel_size)
-    writer.add_vocab_size(config.vocab_size)
-
-
-@dataclass(frozen=True)
-class _Architecture:
-    """What one llama.cpp architecture needs from an slmlab family."""
-
-    arch: str  # gguf.MODEL_ARCH member name
-    metadata: Callable  # (writer, config) -> None
-    tensor: Callable  # (slmlab name, array, config) -> array
-
-
-_ARCHITECTURES = {
-    "llama": _Architecture("LLAMA", _llama_metadata, _llama_tensor),
-    "lfm2": _Architecture("LFM2", _lfm2_metadata, _lfm2_tensor),
-}
-
-
-def trained_context(tokenizer) -> int | None:
-    """The sequence length the model was trained on, as ``slmlab train`` records it (the tokenizer's
-    ``model_max_length``); None when unrecorded (transformers' "no limit" is ~1e30)."""
-    length = getattr(tokenizer, "model_max_length", None)
-    return length if isinstance(length, int) and 0 < length < 10**9 else None
 
 
 # -- tokenizer -------------------------------------------------------------------------------------
@@ -325,19 +251,20 @@ def _writer_class():
 
 def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | None = None,
                special_ids: dict | None = None, context_length: int | None = None) -> Path:
-    """Write a lumen or lfm2 ``model`` (and its ``tokenizer``, or None) to the GGUF file ``out``
-    (overwritten; written to a temporary file first, so a failure leaves no partial file).
+    """Write ``model`` (of a family with a llama.cpp layout) and its ``tokenizer``, or None, to the
+    GGUF file ``out`` (overwritten; written to a temporary file first, so a failure leaves no partial
+    file).
 
     Args:
-        model: a ``LumenForCausalLM`` or ``Lfm2SmallForCausalLM``.
+        model: a model of a family whose ``EXPORT.gguf`` is set (:func:`gguf_layout`).
         tokenizer: its byte-level BPE ``PreTrainedTokenizerFast``, or None (ids only).
         out: the file to write.
         dtype: ``f32``, ``f16`` or ``q8_0``.
         name: ``general.name`` (default: the family).
         special_ids: ``{"bos_token_id": .., "eos_token_id": .., "pad_token_id": ..}`` (default: the
             tokenizer's).
-        context_length: the trained context (default: the tokenizer's ``model_max_length`` when
-            recorded, else the model's position limit).
+        context_length: the trained context (:func:`slmlab.train.saved.trained_context`; default:
+            the model's position limit).
     """
     import gguf
 
@@ -345,13 +272,15 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
 
     check_dtype(dtype)
     family = get_family(model.config.model_type).name
-    check_family(family)
-    arch = _ARCHITECTURES[ARCHITECTURES[family]]
-    model_arch = getattr(gguf.MODEL_ARCH, arch.arch)
+    layout = gguf_layout(family)
+    model_arch = {arch_name: arch for arch, arch_name in gguf.MODEL_ARCH_NAMES.items()}.get(layout.arch)
+    if model_arch is None:
+        raise ValueError(f"the {family} family names llama.cpp architecture {layout.arch!r}, which this gguf package"
+                         " does not know; upgrade gguf (pip install -U gguf)")
     config = model.config
     tensors = []
-    for gguf_name, slm_name, array in _model_tensors(model, model_arch, arch.tensor):
-        qtype = _tensor_type(gguf_name, array, dtype)
+    for gguf_name, slm_name, array in _model_tensors(model, model_arch, layout.tensor):
+        qtype = _tensor_type(gguf_name, array, dtype, layout.keep_f32)
         if qtype == gguf.GGMLQuantizationType.Q8_0 and array.shape[-1] % Q8_BLOCK:
             raise ValueError(
                 f"--dtype q8_0 needs every matrix row to be a multiple of {Q8_BLOCK} values; {slm_name} has rows of"
@@ -368,8 +297,8 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
         writer = _writer_class()(tmp, gguf.MODEL_ARCH_NAMES[model_arch])
         writer.add_type(gguf.GGUFType.MODEL)
         writer.add_name(name or family)
-        writer.add_context_length(context_length or trained_context(tokenizer) or config.max_position_embeddings)
-        arch.metadata(writer, config)
+        writer.add_context_length(context_length or config.max_position_embeddings)
+        layout.metadata(writer, config)
         file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
                      "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype]
         writer.add_file_type(int(file_type))

@@ -1,14 +1,15 @@
-"""``slmlab export RUN --to hf OUT``: a transformers folder that loads without slmlab.
+"""``--to hf``: a transformers folder that loads without slmlab.
 
-* lumen -> transformers' ``LlamaForCausalLM`` and lfm2 -> ``Lfm2ForCausalLM``: the same
-  state_dict under transformers' own classes (:func:`slmlab.models.lumen.convert.config_to_transformers`,
-  :func:`slmlab.models.lfm2.convert.config_to_transformers`); the export runs both models on a
-  probe batch and refuses to write a conversion whose logits differ by more than 1e-4.
-* pgsm, nanohammer, neollm, and the two configurations with no transformers twin (an attention-only
-  lumen, an lfm2 with ``conv_bias=True``, whose padded rows transformers computes differently) ->
-  a remote-code folder: the model's own source flattened beside the weights
-  (:mod:`slmlab.export.remote_code`) and named in ``config.json``'s ``auto_map``, loaded with
-  ``trust_remote_code=True``.
+Each family declares how it leaves (its ``convert.py``'s ``EXPORT``, looked up through
+:func:`slmlab.models.registry.get_export_info`):
+
+* a family transformers implements has an ``hf_twin``: transformers' own class holding the same
+  weights (e.g. ``LlamaForCausalLM``); the export runs both models on a probe batch and refuses to
+  write a conversion whose logits differ by more than 1e-4. The twin may decline a configuration
+  transformers computes differently, saying why;
+* every other family, and a declined configuration -> a remote-code folder: the model's own source
+  flattened beside the weights (:mod:`slmlab.export.remote_code`) and named in ``config.json``'s
+  ``auto_map``, loaded with ``trust_remote_code=True``.
 
 Every folder also holds the run's tokenizer (``model_max_length`` = the trained context), a
 ``generation_config.json`` with bos/eos/pad ids, and a model card ``README.md``.
@@ -28,7 +29,8 @@ MAX_NATIVE_DIFF = 1e-4  # float32 conversions agree to ~1e-6; more means a wrong
 @dataclass
 class HFExport:
     """What was written: ``kind`` is ``native`` or ``remote code``; ``architecture`` the class name;
-    ``why_remote`` why a lumen/lfm2 model was not exported natively; ``max_diff`` the native
+    ``why_remote`` why a family with a transformers twin declined this configuration (the model
+    card says it); ``no_twin`` why the family has no twin at all; ``max_diff`` the native
     conversion's measured largest logit difference from slmlab's model (float32 probe batch)."""
 
     out: Path
@@ -38,6 +40,7 @@ class HFExport:
     dtype: str
     why_remote: str | None = None
     max_diff: float | None = None
+    no_twin: str | None = None
 
 
 def _torch_dtype(dtype: str):
@@ -47,30 +50,15 @@ def _torch_dtype(dtype: str):
 
 
 def native_model(src: ExportSource):
-    """``(transformers model with slmlab's weights, None)`` for a family transformers implements,
-    else ``(None, why not)``."""
-    config = src.model.config
-    ids = dict(src.special_ids)
-    if src.family == "lumen":
-        if int(config.intermediate_dim) <= 0:
-            return None, "an attention-only lumen (intermediate_dim=0) has no Llama equivalent"
-        from transformers import LlamaForCausalLM
+    """``(transformers model with slmlab's weights, None)`` from the family's ``hf_twin``;
+    ``(None, why not)`` when the twin declines this configuration; ``(None, None)`` for a family
+    without a twin."""
+    from ..models.registry import get_export_info
 
-        from ..models.lumen.convert import config_to_transformers
-
-        hf = LlamaForCausalLM(config_to_transformers(config, **ids))
-    elif src.family == "lfm2":
-        if config.conv_bias:
-            return None, "transformers' Lfm2 computes padded rows differently when conv_bias=True"
-        from transformers import Lfm2ForCausalLM
-
-        from ..models.lfm2.convert import config_to_transformers
-
-        hf = Lfm2ForCausalLM(config_to_transformers(config, **ids))
-    else:
+    twin = get_export_info(src.family).hf_twin
+    if twin is None:
         return None, None
-    hf.load_state_dict(src.model.state_dict(), strict=True)
-    return hf.eval(), None
+    return twin(src.model, dict(src.special_ids))
 
 
 def max_logit_difference(ours, theirs, vocab_size: int, length: int) -> float:
@@ -110,6 +98,10 @@ def export_hf(source: str | Path, out: str | Path, *, force: bool = False, dtype
                          " checkpoint saved by slmlab train, or save the tokenizer the model was trained with beside it")
     hf, why_remote = native_model(src)
     result = HFExport(out, src.family, "native" if hf is not None else "remote code", "", dtype, why_remote)
+    if hf is None and why_remote is None:
+        from ..models.registry import get_export_info
+
+        result.no_twin = get_export_info(src.family).hf_reason
     with output_folder(out, force=force, source=src.checkpoint) as tmp:
         if hf is not None:
             length = min(8, src.trained_context or 8, int(src.model.config.max_position_embeddings))

@@ -16,6 +16,8 @@ from pathlib import Path
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
+from .export_info import ExportInfo
+
 
 @dataclass(frozen=True)
 class Family:
@@ -28,6 +30,8 @@ class Family:
         audit: ``model -> {category: parameter count}``, in print order.
         description: one line for ``slmlab models``.
         scaling: the budget-fitting rule (:class:`slmlab.models.budget.ScalingRule`), or None.
+        export: how the family leaves slmlab (:class:`slmlab.models.export_info.ExportInfo`, the
+            ``EXPORT`` of its ``convert.py``); None: remote code only (:func:`get_export_info`).
     The names of family-specific forward inputs the harness may supply (PGSM's
     ``retrieval_positions``) are the base model's ``family_inputs``: :attr:`extra_forward_inputs`.
     """
@@ -39,6 +43,7 @@ class Family:
     audit: Callable[[nn.Module], dict[str, int]] | None = None
     description: str = ""
     scaling: object | None = None
+    export: ExportInfo | None = None
 
     def fit_budget(self, non_embedding_budget: int, **base) -> dict:
         """Config overrides giving about ``non_embedding_budget`` non-embedding parameters (±10%),
@@ -158,6 +163,15 @@ def get_family(name: str) -> Family:
 
 def families() -> dict[str, Family]:
     return dict(_FAMILIES)
+
+
+def get_export_info(family: str | Family) -> ExportInfo:
+    """How ``family`` (a name, a ``model_type`` or a :class:`Family`) leaves slmlab: the ``export`` it
+    registered, else remote code only, under its own name."""
+    fam = family if isinstance(family, Family) else get_family(family)
+    if fam.export is not None:
+        return fam.export
+    return ExportInfo(display_name=fam.name, hf_reason=f"the {fam.name} family declares no transformers twin")
 
 
 def resolve_model_spec(spec: str) -> tuple[Family, str | None]:

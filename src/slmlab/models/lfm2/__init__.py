@@ -2,7 +2,7 @@
 
 from ..registry import Family, register_family
 from .configuration_lfm2 import Lfm2SmallConfig, effective_intermediate_size
-from .convert import config_from_transformers, config_to_transformers, from_transformers
+from .convert import EXPORT, config_from_transformers, config_to_transformers, from_transformers
 from .modeling_lfm2 import (
     Lfm2SmallBackbone,
     Lfm2SmallForCausalLM,
@@ -33,6 +33,7 @@ FAMILY = register_family(
         presets=PRESETS,
         audit=audit_parameters,
         scaling=SCALING,
+        export=EXPORT,
         description="LFM2Small: gated short-conv / GQA (QK-norm) hybrid, SwiGLU, streaming conv cache",
     )
 )

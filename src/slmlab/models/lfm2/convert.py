@@ -11,6 +11,18 @@ state_dict moves unchanged; only the configs need translating:
 One behavioural difference, on padded batches only: with ``conv_bias=True`` transformers zeroes
 the *input* of ``in_proj`` at padded positions, so the bias products ``b_B * b_x`` still enter the
 convolution; we zero the convolution input itself, so a padded row equals the row run alone.
+
+Exports (:data:`EXPORT`):
+
+* ``--to hf`` writes transformers' ``Lfm2ForCausalLM`` holding the same state_dict
+  (:func:`transformers_twin`); a model with ``conv_bias=True`` is exported as remote code, since
+  transformers computes its padded rows differently (above);
+* ``--to gguf`` writes llama.cpp's ``lfm2`` architecture (:data:`GGUF`; gated short convolutions
+  beside GQA with QK-norm): the final ``embedding_norm`` is llama.cpp's ``token_embd_norm``; the
+  depthwise conv weight ``[d, 1, K]`` is stored as ``[d, K]`` (llama.cpp's ``{K, d}``) and kept in
+  f32; attention layers get their KV head count and conv layers 0 in
+  ``lfm2.attention.head_count_kv``, which is how llama.cpp tells the layer kinds apart; llama.cpp
+  runs lfm2 with rotate-half RoPE, so q/k rows stay as they are. llama.cpp's lfm2 has no conv biases.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..export_info import ExportInfo, GGUFLayout
 from .configuration_lfm2 import Lfm2SmallConfig
 
 
@@ -85,3 +98,46 @@ def from_transformers(hf_model: nn.Module) -> nn.Module:
     with torch.no_grad():
         model.load_state_dict(hf_model.state_dict(), strict=True)
     return model.to(next(hf_model.parameters()).dtype)
+
+
+def transformers_twin(model, special_ids: dict):
+    """``(transformers' Lfm2ForCausalLM holding model's weights, None)``, or ``(None, why not)`` for a
+    model with conv biases. Parameter names are identical on both sides."""
+    config = model.config
+    if config.conv_bias:
+        return None, "transformers' Lfm2 computes padded rows differently when conv_bias=True"
+    from transformers import Lfm2ForCausalLM
+
+    twin = Lfm2ForCausalLM(config_to_transformers(config, **special_ids))
+    twin.load_state_dict(model.state_dict(), strict=True)
+    return twin.eval(), None
+
+
+def gguf_tensor(name: str, array, config):
+    """An LFM2 tensor in llama.cpp's ``lfm2`` layout: the depthwise conv weight loses its middle axis."""
+    if name.endswith("conv.conv.weight"):
+        return array.reshape(array.shape[0], array.shape[-1])  # [d, 1, K] -> [d, K]
+    return array
+
+
+def gguf_metadata(writer, config) -> None:
+    """llama.cpp's ``lfm2`` hyper-parameters of an LFM2 config; one with conv biases is refused."""
+    if config.conv_bias:
+        raise ValueError(
+            "this lfm2 model has conv biases (conv_bias=True); llama.cpp's 'lfm2' architecture has none, so it"
+            " cannot be exported to GGUF (use --to hf)"
+        )
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_layers)
+    writer.add_feed_forward_length(config.effective_intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    # llama.cpp's lfm2 reads a conv layer as one with no KV heads
+    writer.add_head_count_kv([config.num_key_value_heads if kind == "attn" else 0 for kind in config.layer_order])
+    writer.add_rope_freq_base(float(config.rope_theta))
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_shortconv_l_cache(config.conv_kernel_size)
+    writer.add_vocab_size(config.vocab_size)
+
+
+GGUF = GGUFLayout(arch="lfm2", metadata=gguf_metadata, tensor=gguf_tensor, keep_f32=(".shortconv.conv.",))
+EXPORT = ExportInfo(display_name="LFM2", hf_twin=transformers_twin, gguf=GGUF)

@@ -2,7 +2,7 @@
 
 from ..registry import Family, register_family
 from .configuration_lumen import LumenConfig
-from .convert import convert_seed_state_dict
+from .convert import EXPORT, convert_seed_state_dict
 from .modeling_lumen import LumenForCausalLM, LumenModel, audit_parameters
 from .scaling import SCALING
 
@@ -20,6 +20,7 @@ FAMILY = register_family(
         presets=PRESETS,
         audit=audit_parameters,
         scaling=SCALING,
+        export=EXPORT,
         description="SAGE-Lumen: tiny Llama-style decoder (MQA/GQA, RoPE, SwiGLU, tied embeddings)",
     )
 )

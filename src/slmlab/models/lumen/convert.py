@@ -1,8 +1,22 @@
-"""Checkpoints of the seed's ``SAGE_Lumen_3M`` module, onto :class:`LumenForCausalLM` names."""
+"""Lumen in and out of slmlab: checkpoints of the seed's ``SAGE_Lumen_3M`` module onto
+:class:`LumenForCausalLM` names, and the family's exports (:data:`EXPORT`).
+
+Exports: a Lumen is a Llama decoder (RMSNorm, GQA with RoPE, SwiGLU) with Llama's own parameter
+names, so
+
+* ``--to hf`` writes transformers' ``LlamaForCausalLM`` holding the same state_dict
+  (:func:`transformers_twin`); an attention-only Lumen (``intermediate_dim=0``) has no Llama twin and
+  is exported as remote code;
+* ``--to gguf`` writes llama.cpp's ``llama`` architecture (:data:`GGUF`): q/k rows are permuted per
+  head from the rotate-half RoPE layout (transformers', ours) to the adjacent-pair layout llama.cpp's
+  ``llama`` graph rotates (:func:`permute_qk`); every block needs its MLP.
+"""
 
 from __future__ import annotations
 
 import torch
+
+from ..export_info import ExportInfo, GGUFLayout
 
 
 def convert_seed_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -48,3 +62,55 @@ def config_to_transformers(config, **overrides):
         tie_word_embeddings=config.tie_word_embeddings,
     )
     return LlamaConfig(**{**kwargs, **overrides})
+
+
+def transformers_twin(model, special_ids: dict):
+    """``(transformers' LlamaForCausalLM holding model's weights, None)``, or ``(None, why not)`` for an
+    attention-only Lumen. The state_dict moves unchanged: Lumen's names are Llama's."""
+    config = model.config
+    if int(config.intermediate_dim) <= 0:
+        return None, "an attention-only lumen (intermediate_dim=0) has no Llama equivalent"
+    from transformers import LlamaForCausalLM
+
+    twin = LlamaForCausalLM(config_to_transformers(config, **special_ids))
+    twin.load_state_dict(model.state_dict(), strict=True)
+    return twin.eval(), None
+
+
+def permute_qk(weight, n_heads: int):
+    """llama.cpp's q/k row order for its ``llama`` graph: within each head, rows ``[0..D/2)`` and
+    ``[D/2..D)`` (the two halves that rotate-half RoPE pairs) are interleaved to ``0, D/2, 1, D/2+1,
+    ...`` (adjacent pairs). ``weight [n_heads * D, d_in]`` (a numpy array or tensor)."""
+    rows = weight.shape[0]
+    return weight.reshape(n_heads, 2, rows // n_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def gguf_tensor(name: str, array, config):
+    """A Lumen tensor in llama.cpp's ``llama`` layout: q/k rows permuted (:func:`permute_qk`)."""
+    if name.endswith("self_attn.q_proj.weight"):
+        return permute_qk(array, config.num_heads)
+    if name.endswith("self_attn.k_proj.weight"):
+        return permute_qk(array, config.num_kv_heads)
+    return array
+
+
+def gguf_metadata(writer, config) -> None:
+    """llama.cpp's ``llama`` hyper-parameters of a Lumen config; an attention-only one is refused."""
+    if config.intermediate_dim == 0:
+        raise ValueError(
+            "this lumen model has no MLP sublayer (intermediate_dim=0); llama.cpp's 'llama' architecture requires"
+            " one in every block, so it cannot be exported to GGUF (use --to hf)"
+        )
+    writer.add_embedding_length(config.hidden_dim)
+    writer.add_block_count(config.num_layers)
+    writer.add_feed_forward_length(config.intermediate_dim)
+    writer.add_head_count(config.num_heads)
+    writer.add_head_count_kv(config.num_kv_heads)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(float(config.rope_theta))
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_vocab_size(config.vocab_size)
+
+
+GGUF = GGUFLayout(arch="llama", metadata=gguf_metadata, tensor=gguf_tensor)
+EXPORT = ExportInfo(display_name="SAGE-Lumen", hf_twin=transformers_twin, gguf=GGUF)

@@ -2,6 +2,7 @@
 
 from ..registry import Family, register_family
 from .configuration_nanohammer import NanoHammerConfig
+from .convert import EXPORT
 from .modeling_nanohammer import NanoHammerForCausalLM, NanoHammerModel, audit_parameters, cache_nbytes
 from .scaling import SCALING
 
@@ -42,6 +43,7 @@ FAMILY = register_family(
         presets=PRESETS,
         audit=audit_parameters,
         scaling=SCALING,
+        export=EXPORT,
         description="NanoHammer: rotated cumulative-sum state tokens beside Llama attention (GQA, RoPE, SwiGLU)",
     )
 )

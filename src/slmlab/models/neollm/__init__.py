@@ -7,6 +7,7 @@ Auto classes. Spelling Bee embeddings are on by default: call
 
 from ..registry import Family, register_family
 from .configuration_neollm import NeoLLMConfig
+from .convert import EXPORT
 from .modeling_neollm import NeoLLMForCausalLM, NeoLLMModel, audit_parameters
 from .scaling import SCALING
 
@@ -39,6 +40,7 @@ FAMILY = register_family(
         presets=PRESETS,
         audit=audit_parameters,
         scaling=SCALING,
+        export=EXPORT,
         description="NeoLLM: switchable research transformer (SiameseNorm, IHA, REPO-GRAPE, momentum, XSA, FAN, Spelling Bee)",
     )
 )

@@ -2,7 +2,7 @@
 
 from ..registry import Family, register_family
 from .configuration_pgsm import SIZE_PRESETS, PGSMConfig
-from .convert import config_from_seed, convert_seed_state_dict
+from .convert import EXPORT, config_from_seed, convert_seed_state_dict
 from .modeling_pgsm import PGSMForCausalLM, PGSMModel, audit_parameters, build_pgsm_model
 from .scaling import SCALING
 
@@ -16,6 +16,7 @@ FAMILY = register_family(
         presets=PRESETS,
         audit=audit_parameters,
         scaling=SCALING,
+        export=EXPORT,
         description="PGSM: attention-free causal-conv backbone + query-only sparse RoPE retrieval",
     )
 )

@@ -1,9 +1,12 @@
-"""Checkpoints and configs of the seed's ``PGSMSparseRoPELM``, onto :class:`PGSMForCausalLM`."""
+"""Checkpoints and configs of the seed's ``PGSMSparseRoPELM``, onto :class:`PGSMForCausalLM`; and how
+PGSM leaves slmlab (:data:`EXPORT`): transformers and llama.cpp implement no PGSM, so ``--to hf``
+writes remote code (the model's own source beside the weights) and there is no ``--to gguf``."""
 
 from __future__ import annotations
 
 import torch
 
+from ..export_info import ExportInfo
 from .configuration_pgsm import PGSMConfig
 
 
@@ -25,3 +28,9 @@ def convert_seed_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, to
 def config_from_seed(seed_config: dict, **overrides) -> PGSMConfig:
     """A :class:`PGSMConfig` from the seed config's ``to_dict()``, with the seed's RoPE layout."""
     return PGSMConfig(**{**seed_config, "rope_layout": "seed", **overrides})
+
+
+EXPORT = ExportInfo(
+    display_name="PGSM",
+    hf_reason="transformers has no attention-free causal-conv backbone with sparse RoPE retrieval (PGSM)",
+)
