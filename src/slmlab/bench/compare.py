@@ -306,14 +306,14 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
     import numpy as np
     import torch
 
-    from ..train.checkpoint import _quiet_hf_progress
+    from ..train.checkpoint import quiet_hf_progress
     from ..train.run import build_trainer
     from ..train.signals import exit_status
 
     run_dir = out / "runs" / plan.folder(settings)
     shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished earlier attempt starts over
     cfg = run_config(settings, plan, run_dir)
-    with contextlib.redirect_stdout(io.StringIO()), _quiet_hf_progress():
+    with contextlib.redirect_stdout(io.StringIO()), quiet_hf_progress():
         trainer = build_trainer(cfg)
         t0 = time.perf_counter()
         state = trainer.train()
@@ -328,7 +328,7 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
 
         best = run_dir / "checkpoints" / "best"
         if best.is_dir():
-            with _quiet_hf_progress():
+            with quiet_hf_progress():
                 model = type(model).from_pretrained(str(best)).to(trainer.device)
         test = held_out_metrics(model, trainer.source, trainer.device)
         record.update(test, best_step=state.best_step, best_val_acc=state.best_acc)

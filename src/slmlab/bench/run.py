@@ -105,7 +105,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
     Raises:
         ValueError: unknown task or model, or a model that cannot hold the task (before training).
     """
-    from ..train.checkpoint import _quiet_hf_progress
+    from ..train.checkpoint import quiet_hf_progress
     from ..train.trainer import Trainer
 
     task = parse_task_spec(plan.task)
@@ -118,7 +118,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
     run_dir = Path(out_dir) / "runs" / _slug(plan.key)
     cfg = plan_run_config(plan, run_dir, device)
     trainer = Trainer(cfg, model, source, None, run_dir)
-    with _quiet_hf_progress():
+    with quiet_hf_progress():
         t0 = time.perf_counter()
         state = trainer.train()
         wall = time.perf_counter() - t0

@@ -89,7 +89,7 @@ def export_hf(source: str | Path, out: str | Path, *, force: bool = False, dtype
     check_output_folder(out, force=force, source=Path(source))
     from transformers import GenerationConfig
 
-    from ..train.checkpoint import _quiet_hf_progress
+    from ..train.checkpoint import quiet_hf_progress
 
     torch_dtype = _torch_dtype(dtype)
     src = load_source(source)
@@ -118,7 +118,7 @@ def export_hf(source: str | Path, out: str | Path, *, force: bool = False, dtype
         for name, value in src.special_ids.items():
             setattr(model.config, name, value)
         result.architecture = type(model).__name__
-        with _quiet_hf_progress():
+        with quiet_hf_progress():
             model.to(torch_dtype).save_pretrained(str(tmp))
         GenerationConfig(**src.special_ids).save_pretrained(str(tmp))
         if src.trained_context is not None:

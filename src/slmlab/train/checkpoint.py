@@ -108,7 +108,7 @@ def set_rng_state(states: dict[str, torch.Tensor]) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_hf_progress():
+def quiet_hf_progress():
     """Silence transformers' per-file progress bars ("Writing model shards", "Loading weights")."""
     from transformers.utils import logging as hf_logging
 
@@ -220,7 +220,7 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
-        with _quiet_hf_progress():
+        with quiet_hf_progress():
             model.save_pretrained(str(tmp))
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))

@@ -142,9 +142,9 @@ def _from_pretrained(ckpt: Path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .checkpoint import _quiet_hf_progress
+    from .checkpoint import quiet_hf_progress
 
-    with _quiet_hf_progress():
+    with quiet_hf_progress():
         return AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32, trust_remote_code=False)
 
 
