@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import adamw_step, print_table, timeit_interleaved  # noqa: E402
 from slmlab.models.lfm2 import Lfm2SmallConfig, Lfm2SmallForCausalLM  # noqa: E402
 from slmlab.transactions import TransactionEncoder, TxnEncoderConfig  # noqa: E402
-from slmlab.transactions.synth import SynthConfig, generate  # noqa: E402
+from slmlab.transactions.data.synth import SynthConfig, generate  # noqa: E402
 
 
 def every_head_loss(model: TransactionEncoder, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

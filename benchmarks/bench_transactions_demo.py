@@ -22,11 +22,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import print_table, timeit_interleaved  # noqa: E402
-from slmlab.transactions.data import prepare_bank  # noqa: E402
-from slmlab.transactions.demo import stream_scores, window_scores  # noqa: E402
-from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
-from slmlab.transactions.model import TxnEncoderConfig, preset_schema  # noqa: E402
-from slmlab.transactions.synth import SynthConfig, generate  # noqa: E402
+from slmlab.transactions.data.bank import prepare_bank  # noqa: E402
+from slmlab.transactions.data.synth import SynthConfig, generate  # noqa: E402
+from slmlab.transactions.demo.state import stream_scores, window_scores  # noqa: E402
+from slmlab.transactions.heads.fraud import TransactionFraudConfig, TransactionFraudModel  # noqa: E402
+from slmlab.transactions.model import preset_schema  # noqa: E402
 
 
 def main() -> None:
@@ -46,8 +46,8 @@ def main() -> None:
     enc = bank.encoded()
     cust = max(enc, key=lambda c: len(enc[c]))
     ids = enc[cust].astype(np.int64)
-    base = TxnEncoderConfig.from_preset(args.preset, schema=bank.fitted)
-    model = TransactionFraudModel(TxnEncoderConfig(**{**base.to_dict(), "max_transactions": args.T})).eval()
+    config = TransactionFraudConfig.from_preset(args.preset, schema=bank.fitted, max_transactions=args.T)
+    model = TransactionFraudModel(config).eval()
     n, F = ids.shape
     ends = np.arange(n)
     stream, tokens_stream = stream_scores(model, ids)

@@ -34,19 +34,19 @@ import numpy as np
 import torch
 
 from slmlab.train.checkpoint import resolve_checkpoint
-from slmlab.transactions import baseline
-from slmlab.transactions import evaluate as evaluation
 from slmlab.transactions._deps import pd
-from slmlab.transactions.data import derive_distance, prepare_bank
-from slmlab.transactions.fraud import TransactionFraudModel, pos_weight_from_counts
-from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig
-from slmlab.transactions.synth import load_bank
-from slmlab.transactions.windows import build_windows
+from slmlab.transactions.data.bank import derive_distance, load_bank, prepare_bank
+from slmlab.transactions.data.windows import build_windows
+from slmlab.transactions.evaluation import baseline
+from slmlab.transactions.evaluation import evaluate as evaluation
+from slmlab.transactions.heads.fraud import TransactionFraudConfig, TransactionFraudModel, pos_weight_from_counts
+from slmlab.transactions.heads.surprisal import field_surprisal
+from slmlab.transactions.model import TransactionEncoder
 
 
 def hgb_window(bank, K: int) -> None:
     """HGB rolling with every per-customer aggregate limited to the customer's last ``K`` rows."""
-    plain_stats, plain_build = baseline._window_stats, baseline.build_features
+    plain_stats, plain_build = baseline.window_stats, baseline.build_features
 
     def capped_stats(key_cust, secs, values, w):
         key = key_cust * 1e10 + secs
@@ -64,12 +64,12 @@ def hgb_window(bank, K: int) -> None:
                 X[f"new_{col}"] = np.where(df[col].notna(), np.isnan(prev) | (idx - prev > K), np.nan).astype(float)
         return X
 
-    baseline._window_stats, evaluation.build_features = capped_stats, capped_build
+    baseline.window_stats, baseline.build_features = capped_stats, capped_build
     try:
         t0 = time.perf_counter()
-        s, info = evaluation.hgb_scores(bank, rolling=True)
+        s, info = baseline.hgb_scores(bank, rolling=True)
     finally:
-        baseline._window_stats, evaluation.build_features = plain_stats, plain_build
+        baseline.window_stats, baseline.build_features = plain_stats, plain_build
     from sklearn.metrics import average_precision_score, roc_auc_score
 
     test = bank.period_mask(bank.cuts["test_start"], None)
@@ -100,7 +100,7 @@ def finetune(bank, encoder: TransactionEncoder, args) -> None:
     over = {"pos_weight": pos_weight_from_counts(int((y_tr[tr] == 0).sum()), int((y_tr[tr] == 1).sum())),
             "fraud_loss": args.loss, "fraud_head_inputs": args.head_inputs, "fraud_hidden": args.head_hidden}
     if args.scratch:
-        model = TransactionFraudModel(TxnEncoderConfig(**{**encoder.config.to_dict(), **over}))
+        model = TransactionFraudModel(TransactionFraudConfig.from_config(encoder.config, **over))
     else:
         model = TransactionFraudModel.from_encoder(encoder, **over)
     T, F, k = model.config.max_transactions, len(model.encoder.feature_names), model.encoder.score_index
@@ -136,15 +136,14 @@ def finetune(bank, encoder: TransactionEncoder, args) -> None:
 
         model.eval()
         ys, ps, ws = [], [], []
-        for s in range(0, len(idx), 128):
-            b = idx[s:s + 128]
-            p = logits(w.ids[b], w.txn_mask[b], w.rows[b]).float().numpy()
-            keep = w.txn_mask[b] & (lab[b] >= 0)
-            if streaming:
-                keep &= np.arange(T)[None] >= w.score_from[b, None]
-            ys.append(lab[b][keep])
+        lab, weight = lab[idx], weight[idx]
+        for batch in w.take(idx).batches(128):
+            part = slice(batch.start, batch.start + len(batch))
+            p = logits(batch.host.ids, batch.host.txn_mask, batch.rows).float().numpy()
+            keep = (batch.scored if streaming else batch.host.txn_mask) & (lab[part] >= 0)
+            ys.append(lab[part][keep])
             ps.append(p[keep])
-            ws.append(np.broadcast_to(weight[b, None], keep.shape)[keep])
+            ws.append(np.broadcast_to(weight[part, None], keep.shape)[keep])
         model.train()
         y, p, wt = map(np.concatenate, (ys, ps, ws))
         return round(float(average_precision_score(y, p, sample_weight=wt)), 4), round(float(
@@ -181,8 +180,6 @@ def finetune(bank, encoder: TransactionEncoder, args) -> None:
 @torch.no_grad()
 def surprisal_cache(bank, encoder: TransactionEncoder, args) -> dict:
     """Per scored row: surprisal ``[n, score_index]`` (nats), state ``[n, D]``, weight, row index."""
-    from slmlab.transactions.surprisal import field_surprisal
-
     rng = np.random.default_rng(args.seed)
     T, F, k = encoder.config.max_transactions, len(encoder.feature_names), encoder.score_index
     w = build_windows(bank.encoded(), T, T // 2, row_offsets=bank.starts)
@@ -197,17 +194,18 @@ def surprisal_cache(bank, encoder: TransactionEncoder, args) -> dict:
     encoder.eval()
     out = {"rows": [], "surprisal": [], "state": [], "weight": []}
     t0 = time.perf_counter()
-    for s in range(0, len(idx), 128):
-        b = idx[s:s + 128]
-        ids, mask = torch.from_numpy(w.ids[b]), torch.from_numpy(w.txn_mask[b])
+    weight = weight[idx]
+    for batch in w.take(idx).batches(128):
+        ids, mask = batch.ids, batch.txn_mask
         h = encoder.backbone_forward(ids, mask)
         sur = field_surprisal(encoder.lm_heads, h, ids, mask, k).numpy()
         st = h[:, k::F].float().numpy()
-        scored = (np.arange(T)[None] >= w.score_from[b, None]) & w.txn_mask[b]
-        out["rows"].append(w.rows[b][scored])
+        scored = batch.scored
+        out["rows"].append(batch.rows[scored])
         out["surprisal"].append(sur[scored])
         out["state"].append(st[scored])
-        out["weight"].append(np.broadcast_to(weight[b, None], scored.shape)[scored])
+        part = weight[batch.start:batch.start + len(batch)]
+        out["weight"].append(np.broadcast_to(part[:, None], scored.shape)[scored])
     res = {name: np.concatenate(v) for name, v in out.items()}
     print(f"surprisal cache: {len(idx):,} of {len(w):,} windows, {len(res['rows']):,} rows, "
           f"{time.perf_counter() - t0:.0f} s", flush=True)

@@ -21,7 +21,7 @@ def _seed():
 def bank_data():
     pytest.importorskip("pandas")
     pytest.importorskip("sklearn")
-    from slmlab.transactions.synth import SynthConfig, generate
+    from slmlab.transactions.data.synth import SynthConfig, generate
     from test_transactions_pipeline import SMALL
 
     return generate(SynthConfig.from_preset("tiny", **SMALL))

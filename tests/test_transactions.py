@@ -22,7 +22,8 @@ from slmlab.transactions import (  # noqa: E402
     build_windows,
     load_schema,
 )
-from slmlab.transactions.schema import DEFAULT_SCHEMA, FittedSchema, _blake_bucket  # noqa: E402
+from slmlab.transactions.data.schema import DEFAULT_SCHEMA, FittedSchema, blake_bucket  # noqa: E402
+from slmlab.transactions.heads.fraud import TransactionFraudConfig  # noqa: E402
 
 F = 15
 
@@ -115,9 +116,9 @@ def test_quantile_edges_come_from_training_rows_only():
 
 
 def test_hash_buckets_are_identical_across_processes():
-    here = [_blake_bucket("card_txn_v1", "merchant_id", f"M{i}", 4092) for i in range(5)]
-    code = ("from slmlab.transactions.schema import _blake_bucket;"
-            "print([_blake_bucket('card_txn_v1', 'merchant_id', f'M{i}', 4092) for i in range(5)])")
+    here = [blake_bucket("card_txn_v1", "merchant_id", f"M{i}", 4092) for i in range(5)]
+    code = ("from slmlab.transactions.data.schema import blake_bucket;"
+            "print([blake_bucket('card_txn_v1', 'merchant_id', f'M{i}', 4092) for i in range(5)])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "123", "PATH": ""})
     assert out.stdout.strip() == str(here)
@@ -233,7 +234,7 @@ def test_fraud_score_ignores_the_transactions_own_response_code():
     torch.testing.assert_close(out[:, :4], base[:, :4], rtol=0, atol=1e-6)  # t = 3 and earlier unchanged
     assert not torch.allclose(out[:, 4], base[:, 4])  # the next transaction may read it
     labels = torch.tensor([[0, 1, -100, 0, 0]])
-    loss = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", pos_weight=2.0)).eval()(ids, labels=labels).loss
+    loss = TransactionFraudModel(TransactionFraudConfig.from_preset("lfm2_tiny", pos_weight=2.0)).eval()(ids, labels=labels).loss
     assert torch.isfinite(loss)
 
 
@@ -276,7 +277,7 @@ def test_embedding_module_alone():
 
 
 def test_focal_loss_by_hand_and_selected_by_the_config():
-    from slmlab.transactions.fraud import FocalLoss, WeightedBCE
+    from slmlab.transactions.heads.fraud import FocalLoss, WeightedBCE
 
     z = torch.tensor([[2.0, -1.0, 0.5]])
     y = torch.tensor([[1, 0, 0]])
@@ -288,8 +289,8 @@ def test_focal_loss_by_hand_and_selected_by_the_config():
     torch.testing.assert_close(FocalLoss(3.0, gamma=0.0)(z, y), WeightedBCE(3.0)(z, y))
     big = torch.tensor([[40.0, -40.0]])  # confident and right: no NaN, ~0
     assert torch.isfinite(FocalLoss(1.0)(big, torch.tensor([[1, 0]]))).all()
-    bce = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", pos_weight=2.0)).eval()
-    focal = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", pos_weight=2.0, fraud_loss="focal"))
+    bce = TransactionFraudModel(TransactionFraudConfig.from_preset("lfm2_tiny", pos_weight=2.0)).eval()
+    focal = TransactionFraudModel(TransactionFraudConfig.from_preset("lfm2_tiny", pos_weight=2.0, fraud_loss="focal"))
     focal.load_state_dict(bce.state_dict())  # the loss holds no weights
     focal.eval()
     ids = random_ids(bce.encoder, B=1, T=5, seed=2)
@@ -299,4 +300,4 @@ def test_focal_loss_by_hand_and_selected_by_the_config():
     torch.testing.assert_close(a.logits, b.logits)
     assert isinstance(focal.loss_fn, FocalLoss) and 0 < float(b.loss) < float(a.loss)
     with pytest.raises(ValueError, match="fraud_loss"):
-        TxnEncoderConfig.from_preset("lfm2_tiny", fraud_loss="hinge")
+        TransactionFraudConfig.from_preset("lfm2_tiny", fraud_loss="hinge")

@@ -8,7 +8,7 @@ import pytest
 pd = pytest.importorskip("pandas")
 pytest.importorskip("sklearn")
 
-from slmlab.transactions.adapter import TABFORMER_MAP, load_column_map, read_export  # noqa: E402
+from slmlab.transactions.data.adapter import TABFORMER_MAP, load_column_map, read_export  # noqa: E402
 from slmlab.transactions.model import preset_schema  # noqa: E402
 
 # Ten rows in card_transaction.v1.csv's format (header and value spellings as in the public file).

@@ -1,4 +1,4 @@
-"""The demo's tab functions (slmlab.transactions.demo) on a tiny checkpoint, without a browser."""
+"""The demo's tab functions (slmlab.transactions.demo.tabs) on a tiny checkpoint, without a browser."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ threadpool_limits = pytest.importorskip("threadpoolctl").threadpool_limits
 pytest.importorskip("matplotlib")
 
 from slmlab.transactions import demo  # noqa: E402
-from slmlab.transactions.schema import MASK  # noqa: E402
+from slmlab.transactions.data.schema import MASK  # noqa: E402
 
 # a small bank (120 customers, 60 days) at a high fraud rate so that every split holds some fraud
 BANK = dict(n_customers=120, n_days=60, n_physical_merchants=600, n_online_merchants=200, target_fraud_rate=0.01,
@@ -46,7 +46,7 @@ def test_quick_state_scores_and_writes_a_checkpoint(state):
 
 @pytest.mark.slow
 def test_stacked_model_scores_every_row(state):
-    pytest.importorskip("slmlab.transactions.stacking")
+    pytest.importorskip("slmlab.transactions.evaluation.stacking")
     with threadpool_limits(1):
         out = demo.stacked_model_scores(state.model, state.bank)
     assert list(out) == ["stacked"]
@@ -164,7 +164,7 @@ def test_occlusion_deltas_match_rescoring_the_occluded_history(state, cid):
 
 
 def test_similarity_view_neighbours_and_knn(state, cid):
-    pytest.importorskip("slmlab.transactions.customer")
+    pytest.importorskip("slmlab.transactions.heads.customer")
     v = demo.similarity_view(state, cid)
     assert v.message == "" and len(v.neighbours) == 5 and cid not in set(v.neighbours["customer_id"])
     c = v.neighbours["cosine"].to_numpy()
@@ -220,7 +220,7 @@ def test_load_state_names_the_missing_fitted_schema(state, tmp_path):
 
 
 def test_occupied_port_is_refused_naming_it():
-    from slmlab.transactions.demo_app import check_port
+    from slmlab.transactions.demo.app import check_port
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

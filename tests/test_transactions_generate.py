@@ -8,15 +8,15 @@ import torch
 pytest.importorskip("pandas")
 pytest.importorskip("sklearn")
 
-from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
+from slmlab.transactions.data.schema import MASK, PAD, UNK  # noqa: E402
 from slmlab.transactions.generate import (  # noqa: E402
     NextTransactions,
     encoder_of,
     generate_next_transaction,
     next_transaction_topk,
 )
+from slmlab.transactions.heads.fraud import TransactionFraudModel  # noqa: E402
 from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig  # noqa: E402
-from slmlab.transactions.schema import MASK, PAD, UNK  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def reference_greedy(model, history: torch.Tensor, fixed: dict[int, int] | None 
 def test_temperature_zero_is_deterministic_and_the_head_by_head_argmax(model, history):
     ref, ref_probs = reference_greedy(model, history)
     a = generate_next_transaction(model, history, n_samples=3, temperature=0)
-    b = model.generate_next_transaction(history[None], n_samples=3, temperature=0)
+    b = generate_next_transaction(model, history[None], n_samples=3, temperature=0)
     assert isinstance(a, NextTransactions) and a.ids.shape == (3, 15)
     assert torch.equal(a.ids, b.ids) and torch.equal(a.ids, ref.expand(3, -1))
     top = next_transaction_topk(model, history, k=5)

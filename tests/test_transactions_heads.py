@@ -13,23 +13,29 @@ pytest.importorskip("pandas")
 pytest.importorskip("sklearn")
 
 from slmlab.cli import main  # noqa: E402
-from slmlab.transactions.customer import (  # noqa: E402
+from slmlab.transactions.data.bank import export  # noqa: E402
+from slmlab.transactions.heads.customer import (  # noqa: E402
+    CustomerEmbeddingConfig,
     CustomerEmbeddingHead,
     CustomerEmbeddingModel,
     embed_windows,
     info_nce,
     window_pairs,
 )
-from slmlab.transactions.forecast import (  # noqa: E402
+from slmlab.transactions.heads.forecast import (  # noqa: E402
     NextTransactionModel,
     forecast_metrics,
     forecast_targets,
 )
-from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
+from slmlab.transactions.heads.fraud import TransactionFraudModel  # noqa: E402
+from slmlab.transactions.heads.sequence import (  # noqa: E402
+    SequenceFraudConfig,
+    SequenceFraudHead,
+    SequenceFraudModel,
+    window_labels,
+)
 from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig  # noqa: E402
-from slmlab.transactions.sequence import SequenceFraudHead, SequenceFraudModel, window_labels  # noqa: E402
-from slmlab.transactions.synth import export  # noqa: E402
-from slmlab.transactions.training import finetune_head  # noqa: E402
+from slmlab.transactions.training import finetune  # noqa: E402
 from test_transactions import random_ids, tiny_model  # noqa: E402
 
 NF = 15
@@ -109,7 +115,7 @@ def test_info_nce_closed_form_and_minimal_for_identical_embeddings():
 
 def test_customer_model_pair_batch_loss_and_gradients():
     torch.manual_seed(0)
-    model = CustomerEmbeddingModel(TxnEncoderConfig.from_preset("lfm2_tiny", customer_dim=16)).train()
+    model = CustomerEmbeddingModel(CustomerEmbeddingConfig.from_preset("lfm2_tiny", customer_dim=16)).train()
     enc = model.encoder
     ids = torch.stack([random_ids(enc, 4, 6, seed=1), random_ids(enc, 4, 6, seed=2)], 1)  # [4, 2, 6, F]
     mask = torch.ones(4, 2, 6 * NF, dtype=torch.long)
@@ -141,7 +147,7 @@ def test_window_label_rule_on_hand_built_windows():
 
 def test_sequence_head_shapes_padding_gradients_and_loss_by_hand():
     torch.manual_seed(0)
-    model = SequenceFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", pos_weight=3.0)).eval()
+    model = SequenceFraudModel(SequenceFraudConfig.from_preset("lfm2_tiny", pos_weight=3.0)).eval()
     enc = model.encoder
     ids, mask = padded_batch(enc)
     out = model(input_ids=ids, attention_mask=mask)
@@ -242,8 +248,8 @@ def test_window_pairs_are_disjoint_windows_of_one_customer(bank):
                                             ("customer", CustomerEmbeddingModel, "retrieval_top1")])
 def test_finetune_each_head_then_reload(bank, tmp_path, head, cls, key):
     encoder = TransactionEncoder(TxnEncoderConfig.from_preset("lfm2_tiny", schema=bank.fitted))
-    trainer = finetune_head(bank, tmp_path, head, encoder if head == "forecast" else None, overrides=STEPS,
-                            recent_k=8 if head == "sequence" else None)
+    recent_k = {"sequence_recent_k": 8} if head == "sequence" else {}
+    trainer = finetune(bank, tmp_path, encoder if head == "forecast" else None, overrides=STEPS, head=head, **recent_k)
     ev = trainer.state.last_eval
     assert trainer.state.step == 2 and key in ev and math.isfinite(ev["loss"])
     loaded = cls.from_pretrained(str(tmp_path / "checkpoints" / "step_000002")).eval()
@@ -260,7 +266,7 @@ def test_finetune_each_head_then_reload(bank, tmp_path, head, cls, key):
             torch.testing.assert_close(x, y, rtol=0, atol=1e-6)
     assert loaded.config.freeze_backbone is False
     with pytest.raises(ValueError, match="unknown head"):
-        finetune_head(bank, tmp_path, "nope")
+        finetune(bank, tmp_path, head="nope")
 
 
 def test_cli_finetune_head_option(bank_data, tmp_path, capsys):

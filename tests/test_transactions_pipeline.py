@@ -18,12 +18,13 @@ pytest.importorskip("sklearn")
 from slmlab.cli import main  # noqa: E402
 from slmlab.train.config import OptimConfig  # noqa: E402
 from slmlab.train.optim import build_optimizer  # noqa: E402
-from slmlab.transactions.data import TransactionWindows, prepare_bank  # noqa: E402
-from slmlab.transactions.evaluate import evaluate_models  # noqa: E402
-from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
+from slmlab.transactions.data.bank import export, load_bank, prepare_bank  # noqa: E402
+from slmlab.transactions.data.synth import PATTERNS, SynthConfig, generate  # noqa: E402
+from slmlab.transactions.data.windows import TransactionWindows  # noqa: E402
+from slmlab.transactions.evaluation.evaluate import evaluate_models  # noqa: E402
+from slmlab.transactions.evaluation.score import score_bank, score_transactions  # noqa: E402
+from slmlab.transactions.heads.fraud import TransactionFraudConfig, TransactionFraudModel  # noqa: E402
 from slmlab.transactions.model import TxnEncoderConfig, preset_schema  # noqa: E402
-from slmlab.transactions.score import score_bank, score_transactions  # noqa: E402
-from slmlab.transactions.synth import PATTERNS, SynthConfig, export, generate, load_bank  # noqa: E402
 from slmlab.transactions.training import pretrain  # noqa: E402
 
 SMALL = dict(n_customers=120, n_days=60, n_physical_merchants=600, n_online_merchants=200, target_fraud_rate=0.01,
@@ -91,14 +92,14 @@ def test_lr_scales_split_groups_by_longest_prefix():
     assert lr_of[id(named["encoder.embedding.tables.weight"])] == pytest.approx(5e-4)
     with pytest.raises(ValueError, match=r"optim.lr_scales\['x'\] must be a number > 0"):
         OptimConfig(lr_scales={"x": 0}).validate()
-    frozen = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", freeze_backbone=True))
+    frozen = TransactionFraudModel(TransactionFraudConfig.from_preset("lfm2_tiny", freeze_backbone=True))
     trainable = {n for n, p in frozen.named_parameters() if p.requires_grad}
     assert trainable == {n for n in trainable if n.startswith("fraud_head.")} and trainable
 
 
 def test_window_source_batches_and_exact_pretraining_resume(bank, tmp_path):
     w = {"train": bank.windows(16, 8, "train"), "validation": bank.windows(16, 8, "validation")}
-    src = TransactionWindows(w, "pretrain")
+    src = TransactionWindows(w)
     batch = next(src.batches("train", 4, seed=0))
     assert batch["input_ids"].shape == (4, 16, 15) and batch["attention_mask"].shape == (4, 240)
     assert torch.equal(batch["labels"], batch["input_ids"])
@@ -115,7 +116,7 @@ def test_window_source_batches_and_exact_pretraining_resume(bank, tmp_path):
 
 
 def test_max_transactions_reaches_pretrain_finetune_and_scorer(bank_data, bank, tmp_path, monkeypatch):
-    import slmlab.transactions.score as score_mod
+    import slmlab.transactions.evaluation.score as score_mod
 
     export(bank_data, tmp_path / "bank", "csv")
     common = ["--data", str(tmp_path / "bank"), "--threads", "1", "--device", "cpu"]
@@ -213,7 +214,7 @@ def test_split_cuts_labels_delay_and_customer_disjoint(bank_data):
 
 
 def test_amount_weighted_recall_and_detection_delay_by_hand():
-    from slmlab.transactions.evaluate import amount_weighted_recall, detection_delay
+    from slmlab.transactions.evaluation.evaluate import amount_weighted_recall, detection_delay
 
     y = np.array([1, 1, 0, 1])
     assert amount_weighted_recall(y, np.array([1, 0, 1, 0]), np.array([100.0, -50.0, 7.0, 50.0])) == 0.5
@@ -241,7 +242,7 @@ def _risk_reference(df, delay, w):
 
 
 def test_merchant_risk_uses_only_labels_known_a_delay_before():
-    from slmlab.transactions.baseline import merchant_risk
+    from slmlab.transactions.evaluation.baseline import merchant_risk
 
     rng = np.random.default_rng(0)
     n = 300
@@ -272,8 +273,7 @@ def test_merchant_risk_uses_only_labels_known_a_delay_before():
 
 
 def test_balance_windows_keeps_negatives_and_repeats_fraud_windows():
-    from slmlab.transactions.training import balance_windows
-    from slmlab.transactions.windows import Windows
+    from slmlab.transactions.data.windows import Windows, balance_windows
 
     n, T = 200, 4
     labels = np.zeros((n, T), np.int8)

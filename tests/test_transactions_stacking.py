@@ -13,19 +13,18 @@ pytest.importorskip("pandas")
 pytest.importorskip("sklearn")
 
 from slmlab.cli import main  # noqa: E402
-from slmlab.transactions.data import prepare_bank  # noqa: E402
-from slmlab.transactions.evaluate import evaluate_models, usefulness_criteria  # noqa: E402
-from slmlab.transactions.fraud import TransactionFraudModel  # noqa: E402
-from slmlab.transactions.model import TxnEncoderConfig, preset_schema  # noqa: E402
-from slmlab.transactions.score import PrefixEmbedding, prefix_mean, score_bank, score_embed_bank  # noqa: E402
-from slmlab.transactions.stacking import (  # noqa: E402
+from slmlab.transactions.data.bank import export, label_customers, prepare_bank  # noqa: E402
+from slmlab.transactions.evaluation.evaluate import evaluate_models, usefulness_criteria  # noqa: E402
+from slmlab.transactions.evaluation.score import PrefixEmbedding, prefix_mean, score_bank, score_embed_bank  # noqa: E402
+from slmlab.transactions.evaluation.stacking import (  # noqa: E402
     PCA_COMPONENTS,
     pca_features,
     stacked_scores,
     training_period_rows,
 )
-from slmlab.transactions.synth import export  # noqa: E402
-from slmlab.transactions.training import finetune, label_customers  # noqa: E402
+from slmlab.transactions.heads.fraud import TransactionFraudModel  # noqa: E402
+from slmlab.transactions.model import TxnEncoderConfig, preset_schema  # noqa: E402
+from slmlab.transactions.training import finetune  # noqa: E402
 
 STEPS = ["max_steps=2", "batch_size=8", "progress=false", "device=cpu"]
 
@@ -84,9 +83,9 @@ def test_score_embed_bank_scores_equal_the_streaming_scorer(few, model):
 
 
 def test_prefix_embedding_uses_a_trained_customer_head():
-    from slmlab.transactions.customer import CustomerEmbeddingModel
+    from slmlab.transactions.heads.customer import CustomerEmbeddingConfig, CustomerEmbeddingModel
 
-    cfg = TxnEncoderConfig.from_preset("lfm2_tiny", customer_dim=8)
+    cfg = CustomerEmbeddingConfig.from_preset("lfm2_tiny", customer_dim=8)
     cust = CustomerEmbeddingModel(cfg)
     hidden, mask = torch.randn(2, 4 * 15, 64), torch.ones(2, 4, dtype=torch.bool)
     out = PrefixEmbedding(cust)(hidden, mask, 15)
@@ -116,7 +115,7 @@ def test_pca_is_fitted_on_training_rows_only():
 
 
 def test_stacking_end_to_end_on_the_tiny_bank(bank, model, tmp_path, monkeypatch):
-    from slmlab.transactions import baseline
+    from slmlab.transactions.evaluation import baseline
 
     monkeypatch.setitem(baseline.HGB_PARAMS, "max_iter", 30)  # the wiring, not the fit, is under test here
     scores, emb = score_embed_bank(model, bank)
@@ -136,7 +135,7 @@ def test_stacking_end_to_end_on_the_tiny_bank(bank, model, tmp_path, monkeypatch
 
 @pytest.mark.slow
 def test_stacking_in_the_report_with_paired_differences(bank, model, tmp_path, monkeypatch):
-    from slmlab.transactions import baseline
+    from slmlab.transactions.evaluation import baseline
 
     monkeypatch.setitem(baseline.HGB_PARAMS, "max_iter", 30)
     result = evaluate_models(bank, model, tmp_path, n_boot=20, stacking=True)

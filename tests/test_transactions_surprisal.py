@@ -10,10 +10,10 @@ pytest.importorskip("pandas")
 pytest.importorskip("sklearn")
 
 from slmlab.cli import main  # noqa: E402
-from slmlab.transactions.fraud import TransactionFraudHead, TransactionFraudModel  # noqa: E402
-from slmlab.transactions.model import TxnEncoderConfig  # noqa: E402
-from slmlab.transactions.surprisal import SurprisalFraudHead, field_surprisal  # noqa: E402
-from slmlab.transactions.synth import SynthConfig, export, generate  # noqa: E402
+from slmlab.transactions.data.bank import export  # noqa: E402
+from slmlab.transactions.data.synth import SynthConfig, generate  # noqa: E402
+from slmlab.transactions.heads.fraud import TransactionFraudConfig, TransactionFraudHead, TransactionFraudModel  # noqa: E402
+from slmlab.transactions.heads.surprisal import SurprisalFraudHead, field_surprisal  # noqa: E402
 from test_transactions import random_ids  # noqa: E402
 from test_transactions_heads import padded_batch  # noqa: E402
 from test_transactions_pipeline import SMALL  # noqa: E402
@@ -23,7 +23,7 @@ NF, SCORE = 15, 13
 
 def fraud_model(inputs="surprisal", **kw) -> TransactionFraudModel:
     torch.manual_seed(0)
-    return TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", fraud_head_inputs=inputs, **kw)).eval()
+    return TransactionFraudModel(TransactionFraudConfig.from_preset("lfm2_tiny", fraud_head_inputs=inputs, **kw)).eval()
 
 
 def reference_surprisal(encoder, ids, mask):

@@ -1,5 +1,9 @@
 """``slmlab transactions``: generate a synthetic bank, pretrain the encoder, fine-tune the fraud head,
-evaluate it against gradient boosting, score transactions, audit parameter counts."""
+evaluate it against gradient boosting, score transactions, audit parameter counts, serve the demo.
+
+This module parses arguments and prints; each subcommand is one call of
+:mod:`slmlab.transactions.pipeline`. Nothing heavy is imported before the arguments parse.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,24 @@ from pathlib import Path
 from ._common import command_parser, parse_overrides, split_items
 
 SUBCOMMANDS = ("generate", "pretrain", "finetune", "evaluate", "score", "audit", "demo")
+
+
+class HeadNames:
+    """The ``--head`` choices: the names of the head table :data:`slmlab.transactions.heads.HEADS`,
+    read on first use (a value to check, the subcommand's help), so building the parser imports no
+    torch."""
+
+    @staticmethod
+    def _names() -> tuple[str, ...]:
+        from ..transactions.heads import HEADS
+
+        return tuple(HEADS)
+
+    def __contains__(self, name) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
 
 
 def transactions_command(argv: list[str]) -> int:
@@ -62,8 +84,9 @@ def transactions_command(argv: list[str]) -> int:
                            help="fraud head MLP width (0: logistic; default D/2 for state, 16 otherwise)")
             p.add_argument("--label-fraction", type=float, default=1.0,
                            help="keep the labels of this seeded random share of training customers (e.g. 0.1)")
-            p.add_argument("--head", default="transaction", choices=("transaction", "sequence", "forecast", "customer"),
-                           help="transaction fraud (default), window fraud, next-transaction forecast, customer embedding")
+            p.add_argument("--head", default="transaction", choices=HeadNames(), metavar="HEAD",
+                           help="the head to fine-tune, one of %(choices)s (slmlab.transactions.heads.HEADS): "
+                                "transaction fraud (default), window fraud, next-transaction forecast, customer embedding")
             p.add_argument("--recent-k", type=int, default=None,
                            help="--head sequence: label a window by fraud among its K newest transactions")
         if name in ("evaluate", "score"):
@@ -94,63 +117,28 @@ def transactions_command(argv: list[str]) -> int:
             "score": _score, "audit": _audit, "demo": _demo}[args.sub](args)
 
 
-def _setup(args) -> str:
-    import torch
-
-    if getattr(args, "threads", 0):
-        torch.set_num_threads(args.threads)
-    from ..train.trainer import resolve_device
-
-    return str(resolve_device(getattr(args, "device", "auto")))
+def _common(args) -> dict:
+    """The options every bank subcommand shares, as :mod:`slmlab.transactions.pipeline` takes them."""
+    return {"device": args.device, "threads": args.threads, "customer_disjoint": args.customer_disjoint}
 
 
 def _generate(args) -> int:
-    import time
+    from ..transactions import pipeline
 
-    from ..transactions.synth import SynthConfig, export, generate
-
-    overrides = parse_overrides(args.overrides)
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    try:
-        cfg = SynthConfig.from_preset(args.preset, **overrides)
-    except TypeError as err:
-        raise ValueError(f"unknown generator setting ({err}); see configs/synth.yaml for the keys") from None
-    t0 = time.perf_counter()
-    data = generate(cfg, progress=True)
-    seconds = time.perf_counter() - t0
-    manifest = export(data, args.out, args.format, args.labels_separate, cfg)
-    n = len(data.transactions)
-    print(f"{n:,} transactions ({n / seconds:,.0f} rows/s), {len(data.fraud_cases):,} fraud cases,"
-          f" fraud rate {manifest['fraud_rate']:.4%} -> {args.out}")
+    run = pipeline.generate_bank(args.out, args.preset, args.seed, args.format, args.labels_separate,
+                                 parse_overrides(args.overrides))
+    n = len(run.data.transactions)
+    print(f"{n:,} transactions ({n / run.seconds:,.0f} rows/s), {len(run.data.fraud_cases):,} fraud cases,"
+          f" fraud rate {run.manifest['fraud_rate']:.4%} -> {args.out}")
     return 0
 
 
-def _load_bank(args, schema):
-    from ..transactions.data import prepare_bank
-    from ..transactions.synth import load_bank
-
-    data = load_bank(args.data)
-    return prepare_bank(data.transactions, schema, data.customers, customer_disjoint=args.customer_disjoint)
-
-
-def _load(path: str, cls):
-    from ..train.checkpoint import resolve_checkpoint
-
-    return cls.from_pretrained(str(resolve_checkpoint(path)))
-
-
 def _pretrain(args) -> int:
-    from ..transactions.model import PRESETS, preset_schema
-    from ..transactions.training import pretrain
+    from ..transactions import pipeline
 
-    _setup(args)
-    if args.preset not in PRESETS:
-        raise ValueError(f"unknown preset {args.preset!r}; use one of {sorted(PRESETS)}")
     files, overrides = split_items(args.items)
-    bank = _load_bank(args, preset_schema(args.preset))
-    trainer = pretrain(bank, args.preset, args.out, [f"device={args.device}", *overrides], resume=args.resume,
-                       files=files, max_transactions=args.max_transactions)
+    trainer = pipeline.pretrain(args.data, args.out, args.preset, files, overrides, resume=args.resume,
+                                max_transactions=args.max_transactions, **_common(args))
     ev = trainer.state.last_eval
     print(f"pretrained {trainer.state.step} steps; validation CE {ev.get('loss', float('nan')):.4f} -> {args.out}")
     for name in trainer.model.feature_names:
@@ -160,21 +148,20 @@ def _pretrain(args) -> int:
 
 
 def _finetune(args) -> int:
-    from ..transactions.model import TransactionEncoder, preset_schema
-    from ..transactions.training import finetune
+    from ..transactions import pipeline
 
-    _setup(args)
     files, overrides = split_items(args.items)
-    encoder = _load(args.encoder, TransactionEncoder) if args.encoder else None
-    schema = encoder.config.fitted_schema if encoder is not None else preset_schema(args.preset)
-    bank = _load_bank(args, schema)
-    if args.head != "transaction":
-        return _finetune_head(args, bank, encoder, files, overrides)
-    trainer = finetune(bank, args.out, encoder, args.preset, [f"device={args.device}", *overrides], args.linear_probe,
-                       args.keep_negative, files=files, loss=args.loss, focal_gamma=args.focal_gamma,
-                       fraud_share=args.fraud_share, label_fraction=args.label_fraction,
-                       head_inputs=args.head_inputs, head_hidden=args.head_hidden)
+    options = {k: getattr(args, k) for k in ("keep_negative", "fraud_share", "label_fraction", "loss", "focal_gamma",
+                                             "head_inputs", "head_hidden", "recent_k")}
+    trainer = pipeline.finetune(args.data, args.out, args.encoder, args.preset, files, overrides, head=args.head,
+                                linear_probe=args.linear_probe, **_common(args), **options)
     ev = trainer.state.last_eval
+    if args.head != "transaction":
+        print(f"fine-tuned the {args.head} head {trainer.state.step} steps -> {args.out}")
+        for key in sorted(ev):
+            if isinstance(ev[key], (int, float)):
+                print(f"  {key:<34} {ev[key]:.4f}")
+        return 0
     print(f"fine-tuned {trainer.state.step} steps; validation PR-AUC {ev.get('pr_auc', float('nan')):.4f} -> {args.out}")
     if trainer.state.best_step >= 0:
         print(f"best validation PR-AUC {trainer.state.best_acc:.4f} at step {trainer.state.best_step}"
@@ -182,106 +169,34 @@ def _finetune(args) -> int:
     return 0
 
 
-def _finetune_head(args, bank, encoder, files, overrides) -> int:
-    from ..transactions.training import finetune_head
-
-    trainer = finetune_head(bank, args.out, args.head, encoder, args.preset, [f"device={args.device}", *overrides],
-                            args.linear_probe, args.keep_negative, files=files, recent_k=args.recent_k,
-                            fraud_share=args.fraud_share)
-    ev = trainer.state.last_eval
-    print(f"fine-tuned the {args.head} head {trainer.state.step} steps -> {args.out}")
-    for key in sorted(ev):
-        if isinstance(ev[key], (int, float)):
-            print(f"  {key:<34} {ev[key]:.4f}")
-    return 0
-
-
 def _evaluate(args) -> int:
-    from ..transactions.evaluate import evaluate_models
-    from ..transactions.fraud import TransactionFraudModel
-    from ..transactions.model import preset_schema
+    from ..transactions import pipeline
 
-    device = _setup(args)
-    if args.stacking and not args.model:
-        raise ValueError("--stacking needs --model; pass a fine-tuned run folder")
-    if (args.label_fraction is None) != (args.encoder is None):
-        raise ValueError("--label-fraction and --encoder go together; pass both (e.g. --label-fraction 0.1"
-                         " --encoder runs/pre) or neither")
-    model = _load(args.model, TransactionFraudModel).to(device) if args.model else None
-    schema = model.config.fitted_schema if model is not None else preset_schema("lfm2_tiny")
-    models, pairs = {}, []
-    if args.label_fraction is not None:
-        from ..transactions.model import TransactionEncoder
-        from ..transactions.training import finetune_label_fraction_pair, label_customers
-
-        label_customers([], args.label_fraction)  # fail before loading anything
-        encoder = _load(args.encoder, TransactionEncoder)
-        if model is not None and encoder.config.schema != model.config.schema:
-            raise ValueError("--encoder and --model hold different fitted schemas; pass the encoder the model was"
-                             " fine-tuned from")
-        schema = encoder.config.fitted_schema
-        files, overrides = split_items(args.items)
-        bank = _load_bank(args, schema)
-        models = finetune_label_fraction_pair(bank, Path(args.out, "label_fraction"), encoder, args.label_fraction,
-                                              [f"device={args.device}", *overrides], args.keep_negative, files=files)
-        pairs = [("lf_pretrained", "lf_scratch")]
-    else:
-        bank = _load_bank(args, schema)
-    result = evaluate_models(bank, model, args.out, args.bootstrap, device=device, progress=True,
-                             stacking=args.stacking, models=models, pairs=pairs)
+    files, overrides = split_items(args.items) if args.label_fraction is not None else ([], [])
+    result = pipeline.evaluate(args.data, args.out, args.model, args.bootstrap, args.stacking, args.label_fraction,
+                               args.encoder, args.keep_negative, files, overrides, **_common(args))
     print(Path(args.out, "report.md").read_text())
     return 0 if result else 1
 
 
 def _score(args) -> int:
-    from ..transactions.fraud import TransactionFraudModel
-    from ..transactions.score import score_transactions
-    from ..transactions.synth import load_bank
+    from ..transactions import pipeline
 
-    device = _setup(args)
-    if not args.model:
-        raise ValueError("score needs --model; pass a fine-tuned run folder")
-    model = _load(args.model, TransactionFraudModel).to(device)
-    data = load_bank(args.data)
-    out = score_transactions(model, data.transactions, data.customers, device=device)
-    out.to_csv(args.out, index=False)
-    print(f"scored {len(out):,} transactions -> {args.out}")
+    table = pipeline.score(args.data, args.out, args.model, args.device, args.threads)
+    print(f"scored {len(table):,} transactions -> {args.out}")
     return 0
 
 
 def _audit(args) -> int:
-    import torch
+    from ..transactions import pipeline
 
-    from ..transactions.model import TransactionEncoder, TxnEncoderConfig
-
-    with torch.device("meta"):
-        model = TransactionEncoder(TxnEncoderConfig.from_preset(args.preset))
-    print(json.dumps({"preset": args.preset, **model.param_count()}, indent=1))
+    print(json.dumps(pipeline.audit(args.preset), indent=1))
     return 0
 
 
 def _demo(args) -> int:
-    import tempfile
+    from ..transactions import pipeline
 
-    from ..transactions.demo import load_state, quick_state
-    from ..transactions.demo_app import check_port, launch
-
-    _setup(args)
-    from threadpoolctl import threadpool_limits
-
-    # the demo's gradient-boosting fits are small; a full OpenMP pool on busy cores stalls them for minutes
-    threadpool_limits(args.threads or 1)
-    check_port(args.host, args.port)  # before minutes of training
-    if args.quick:
-        work = Path(args.data) if args.data else Path(tempfile.mkdtemp(prefix="slmlab-demo-"))
-        state = quick_state(work)
-        t = state.timings
-        print(f"quick: generated the tiny bank in {t['generate_s']:.1f} s, trained lfm2_tiny in {t['train_s']:.1f} s"
-              f" (baselines and threshold {t['state_s']:.1f} s) -> {work}", flush=True)
-    else:
-        if not args.data:
-            raise ValueError("--checkpoint needs --data, the bank folder the demo shows")
-        state = load_state(args.checkpoint, args.data)
-    print(f"demo on http://{args.host}:{args.port} (Ctrl-C stops it)", flush=True)
-    launch(state, args.host, args.port)
+    pipeline.demo(args.quick, args.checkpoint, args.data, args.host, args.port, args.threads,
+                  log=lambda line: print(line, flush=True))
     return 0

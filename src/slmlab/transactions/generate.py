@@ -27,22 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .model import TransactionEncoder, txn_mask_from
-from .schema import MASK, PAD, UNK
+from .data.schema import MASK, PAD, UNK
+from .model import TransactionEncoder, encoder_of, txn_mask_from
 
 EXCLUDED_IDS = (PAD, MASK, UNK)
-
-
-def encoder_of(model) -> TransactionEncoder:
-    """The :class:`TransactionEncoder` of ``model``: the model itself or its ``encoder`` attribute
-    (fine-tuned models such as ``TransactionFraudModel`` hold one)."""
-    if isinstance(model, TransactionEncoder):
-        return model
-    enc = getattr(model, "encoder", None)
-    if isinstance(enc, TransactionEncoder):
-        return enc
-    raise ValueError(f"{type(model).__name__} is not a transaction encoder and holds none; pass a TransactionEncoder"
-                     " or a fine-tuned transaction model")
 
 
 def _fitted(enc: TransactionEncoder):
@@ -99,7 +87,7 @@ def _field_logits(enc: TransactionEncoder, ids: torch.Tensor, mask: torch.Tensor
     F = ids.shape[-1]
     pos = (ids.shape[1] - 1) * F + f - 1
     hidden = enc.backbone_forward(ids, mask)[:, pos]
-    logits = enc.lm_heads._logits(hidden, f).float()
+    logits = enc.lm_heads.logits(hidden, f).float()
     logits[:, list(EXCLUDED_IDS)] = float("-inf")
     fitted = enc.config.fitted_schema
     if fitted is not None:  # ids the fit never assigned name no value

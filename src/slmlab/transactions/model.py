@@ -4,12 +4,19 @@
 ``AutoModel``; not a causal text LM). Its config holds the backbone config and the schema (fitted
 when known) as plain dicts, so a checkpoint folder is self-contained. ``forward(input_ids [B,T,F],
 attention_mask, labels)`` returns the pretraining loss when ``labels`` (the same ids) are given.
+
+The fine-tuned models (:mod:`slmlab.transactions.heads`) are :class:`TxnHeadModel` subclasses: the
+encoder plus a head, configured by a :class:`TxnHeadConfig` subclass that adds the head's own fields
+to the encoder's. Checkpoints written before the heads had their own configs (every head option in the
+encoder's config, ``model_type`` ``slmlab_txn_encoder``) still load: the encoder ignores the options
+it does not use and a head config reads its own from them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import yaml
@@ -17,11 +24,14 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from ..models.lfm2 import Lfm2SmallBackbone, Lfm2SmallConfig
-from .embedding import StructuredEmbedding
-from .heads import PerFeatureLMHeads
-from .schema import DEFAULT_SCHEMA, FittedSchema, SchemaConfig, load_schema, schema_from_dict
+from .data.schema import CONFIGS, DEFAULT_SCHEMA, FittedSchema, SchemaConfig, load_schema, schema_from_dict
+from .embedding import PerFeatureLMHeads, StructuredEmbedding
 
-DEFAULT_MODEL_YAML = Path(__file__).parent / "configs" / "model.yaml"
+DEFAULT_MODEL_YAML = CONFIGS / "model.yaml"
+# The head options an encoder config held before each head had its own config: an old config.json may
+# still carry them; they are never copied from an encoder into a head's config.
+LEGACY_HEAD_FIELDS = ("fraud_hidden", "fraud_dropout", "freeze_backbone", "pos_weight", "fraud_loss", "focal_gamma",
+                      "fraud_head_inputs", "sequence_recent_k", "customer_dim", "customer_tau")
 
 # Named presets: backbone overrides, window length and hash bucket counts (docs/transactions.md).
 PRESETS: dict[str, dict] = {
@@ -46,7 +56,7 @@ def _schema_dict(schema: SchemaConfig | FittedSchema | dict | None) -> dict:
 
 
 class TxnEncoderConfig(PretrainedConfig):
-    """Config of :class:`TransactionEncoder` (and of the fraud model built on it).
+    """Config of :class:`TransactionEncoder` (a head's config adds its own fields: :class:`TxnHeadConfig`).
 
     Args:
         backbone: ``Lfm2SmallConfig`` keyword arguments.
@@ -54,38 +64,18 @@ class TxnEncoderConfig(PretrainedConfig):
         max_transactions: largest window ``T`` (rows of the transaction-index table).
         lm_head_bias: per-feature output biases (default off: the seed's accounting).
         initializer_range: normal init std.
-        fraud_hidden: hidden width of the fraud MLP (default ``D // 2``).
-        fraud_dropout: dropout of the fraud MLP.
-        freeze_backbone: linear-probe mode of the fraud model (embedding and backbone frozen).
-        pos_weight: BCE positive weight of the fraud model (set from the training labels).
-        fraud_loss: ``bce`` (weighted binary cross-entropy) or ``focal`` (the same, scaled by
-            ``(1 - p_t) ** focal_gamma``; Lin et al., "Focal Loss for Dense Object Detection",
-            arXiv:1708.02002).
-        focal_gamma: the focusing exponent of the focal loss (``>= 0``; 0 is plain weighted BCE).
     """
 
     model_type = "slmlab_txn_encoder"
 
     def __init__(self, backbone: dict | None = None, schema: dict | None = None, max_transactions: int = 64,
-                 lm_head_bias: bool = False, initializer_range: float = 0.02, fraud_hidden: int | None = None,
-                 fraud_dropout: float = 0.1, freeze_backbone: bool = False, pos_weight: float = 1.0,
-                 fraud_loss: str = "bce", focal_gamma: float = 2.0, **kwargs) -> None:
+                 lm_head_bias: bool = False, initializer_range: float = 0.02, **kwargs) -> None:
         self.backbone = dict(backbone or {})
         self.schema = _schema_dict(schema)
         self.max_transactions = int(max_transactions)
         self.lm_head_bias = bool(lm_head_bias)
         self.initializer_range = initializer_range
-        self.fraud_hidden = fraud_hidden
-        self.fraud_dropout = float(fraud_dropout)
-        self.freeze_backbone = bool(freeze_backbone)
-        self.pos_weight = float(pos_weight)
-        self.fraud_loss = str(fraud_loss)
-        self.focal_gamma = float(focal_gamma)
         super().__init__(**kwargs)
-        if self.fraud_loss not in ("bce", "focal"):
-            raise ValueError(f"fraud_loss must be 'bce' or 'focal', got {fraud_loss!r}")
-        if not self.focal_gamma >= 0:
-            raise ValueError(f"focal_gamma must be >= 0, got {focal_gamma!r}")
         if self.max_transactions <= 0:
             raise ValueError(f"max_transactions must be a positive integer, got {max_transactions!r}")
         need = self.max_transactions * len(self.schema_config.features)
@@ -106,9 +96,16 @@ class TxnEncoderConfig(PretrainedConfig):
         kwargs.setdefault("num_transactions", self.max_transactions)
         return Lfm2SmallConfig(**kwargs)
 
+    def encoder_dict(self) -> dict:
+        """This config as keyword arguments without any head option (the part every transaction model
+        shares): what a head's config starts from."""
+        skip = {"model_type", *LEGACY_HEAD_FIELDS, *TxnHeadConfig.all_head_fields()}
+        return {k: v for k, v in self.to_dict().items() if k not in skip}
+
     @classmethod
     def from_preset(cls, name: str, schema: SchemaConfig | FittedSchema | None = None, **overrides) -> TxnEncoderConfig:
-        """A preset of :data:`PRESETS`; ``schema`` defaults to the shipped one with the preset's buckets."""
+        """A preset of :data:`PRESETS`; ``schema`` defaults to the shipped one with the preset's buckets
+        (``overrides``: any field of ``cls``, e.g. a head's options when ``cls`` is a head config)."""
         if name not in PRESETS:
             raise ValueError(f"unknown transaction model preset {name!r}; presets: {sorted(PRESETS)}")
         preset = PRESETS[name]
@@ -224,15 +221,6 @@ class TransactionEncoder(TxnPreTrainedModel):
         return cls(TxnEncoderConfig(backbone=backbone, schema=schema, max_transactions=bb.num_transactions,
                                     initializer_range=bb.initializer_range))
 
-    def generate_next_transaction(self, ids: torch.Tensor, n_samples: int = 1, temperature: float = 1.0,
-                                  top_k: int | None = None, fixed: dict[str, int] | None = None,
-                                  generator: torch.Generator | None = None):
-        """Sample next transactions after a history (see
-        :func:`slmlab.transactions.generate.generate_next_transaction`)."""
-        from .generate import generate_next_transaction
-
-        return generate_next_transaction(self, ids, n_samples, temperature, top_k, fixed, generator)
-
     # -- HF forward ----------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> TxnEncoderOutput:
@@ -249,9 +237,79 @@ class TransactionEncoder(TxnPreTrainedModel):
         return TxnEncoderOutput(loss=loss, last_hidden_state=hidden, per_feature=per_feature)
 
 
+class TxnHeadConfig(TxnEncoderConfig):
+    """Base of the fine-tuned models' configs: the encoder's fields, ``freeze_backbone`` and, in each
+    subclass, the head's own fields (named in its ``HEAD_FIELDS``; the subclass's own ``__init__``
+    sets and validates them, then passes the rest on).
+
+    Args:
+        freeze_backbone: linear-probe mode (embedding and backbone frozen).
+    """
+
+    model_type = "slmlab_txn_head"
+    HEAD_FIELDS: ClassVar[tuple[str, ...]] = ("freeze_backbone",)
+    _registry: ClassVar[list[type]] = []
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        TxnHeadConfig._registry.append(cls)
+
+    def __init__(self, freeze_backbone: bool = False, **kwargs) -> None:
+        self.freeze_backbone = bool(freeze_backbone)
+        super().__init__(**kwargs)
+
+    @classmethod
+    def all_head_fields(cls) -> set[str]:
+        """Every head field of every head config defined so far."""
+        return {f for c in (TxnHeadConfig, *TxnHeadConfig._registry) for f in c.HEAD_FIELDS}
+
+    @classmethod
+    def own_fields(cls) -> tuple[str, ...]:
+        """``freeze_backbone`` and this head's ``HEAD_FIELDS``."""
+        return tuple(dict.fromkeys((*TxnHeadConfig.HEAD_FIELDS, *cls.HEAD_FIELDS)))
+
+    @classmethod
+    def from_config(cls, config: TxnEncoderConfig, **overrides) -> TxnHeadConfig:
+        """A config of this head from any transaction config: its encoder part, the fields of this head
+        that ``config`` holds (its own, or left in an old encoder config), then ``overrides``."""
+        own = {f: getattr(config, f) for f in cls.own_fields() if hasattr(config, f)}
+        return cls(**{**config.encoder_dict(), **own, **overrides})
+
+    @classmethod
+    def get_config_dict(cls, *args, **kwargs):
+        """Hugging Face's reader; a checkpoint saved before the heads had their own configs says
+        ``model_type: slmlab_txn_encoder`` and is read as this head's config (no mismatch warning)."""
+        config_dict, kwargs = super().get_config_dict(*args, **kwargs)
+        if config_dict.get("model_type") == TxnEncoderConfig.model_type:
+            config_dict = {**config_dict, "model_type": cls.model_type}
+        return config_dict, kwargs
+
+
+def encoder_of(model) -> TransactionEncoder:
+    """The :class:`TransactionEncoder` of ``model``: the model itself or its ``encoder`` attribute
+    (fine-tuned models such as ``TransactionFraudModel`` hold one)."""
+    if isinstance(model, TransactionEncoder):
+        return model
+    enc = getattr(model, "encoder", None)
+    if isinstance(enc, TransactionEncoder):
+        return enc
+    raise ValueError(f"{type(model).__name__} is not a transaction encoder and holds none; pass a TransactionEncoder"
+                     " or a fine-tuned transaction model")
+
+
 class TxnHeadModel(TxnPreTrainedModel):
     """Base of the fine-tuned models: ``encoder`` (a :class:`TransactionEncoder`) plus a head that the
-    subclass builds in ``__init__`` before calling :meth:`_finish_init`."""
+    subclass builds in ``__init__`` (after ``super().__init__(config)``, reading ``self.config``)
+    before calling :meth:`_finish_init`. ``config_class`` is the head's :class:`TxnHeadConfig`
+    subclass; a config of another class (an encoder's, another head's) is converted with
+    :meth:`TxnHeadConfig.from_config`."""
+
+    config_class = TxnHeadConfig
+
+    def __init__(self, config: TxnEncoderConfig) -> None:
+        if not isinstance(config, self.config_class):
+            config = self.config_class.from_config(config)
+        super().__init__(config)
 
     def _finish_init(self) -> None:
         """Hugging Face init of the new head, PAD rows of the embedding re-zeroed, and the encoder
@@ -264,8 +322,8 @@ class TxnHeadModel(TxnPreTrainedModel):
 
     @classmethod
     def from_encoder(cls, encoder: TransactionEncoder, **overrides):
-        """A model of this class whose encoder starts from ``encoder``'s weights (config ``overrides``
-        applied on top of the encoder's config)."""
-        model = cls(TxnEncoderConfig(**{**encoder.config.to_dict(), **overrides}))
+        """A model of this class whose encoder starts from ``encoder``'s weights (config: ``encoder``'s,
+        as :meth:`TxnHeadConfig.from_config` reads it, with the head's ``overrides`` on top)."""
+        model = cls(cls.config_class.from_config(encoder.config, **overrides))
         model.encoder.load_state_dict(encoder.state_dict())
         return model

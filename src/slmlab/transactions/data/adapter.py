@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ._deps import pd
-from .schema import check_columns
+from .._deps import pd
+from .schema import CONFIGS, check_columns
 
-TABFORMER_MAP = Path(__file__).parent / "configs" / "tabformer_column_map.yaml"
+TABFORMER_MAP = CONFIGS / "tabformer_column_map.yaml"
 US_STATES = set("AL AK AZ AR CA CO CT DE FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY NC ND "
                 "OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY DC".split())
 

@@ -7,6 +7,10 @@ and the attention-pooled vector is concatenated with the masked mean:
 Linear(D/2, 1)`` -> one logit per window. The label is 1 when any transaction of the window is a
 known fraud (TabFormer's convention), or with ``recent_k`` any of its ``recent_k`` newest real
 transactions; loss: BCE with the fraud model's positive weight.
+
+Training data (:func:`training_windows`): windows ending in train with the labels known by its end,
+rebalanced like the per-transaction head's; ``pos_weight`` from the window labels. Validation:
+:func:`sequence_eval` (window-level PR-AUC).
 """
 
 from __future__ import annotations
@@ -14,13 +18,46 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
+from ..data.bank import Bank
+from ..data.windows import WindowOptions, Windows, balance_windows
+from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
 from .customer import masked_mean, summary_states
-from .fraud import IGNORE, WeightedBCE
-from .model import TransactionEncoder, TxnEncoderConfig, TxnHeadModel, txn_mask_from
+from .fraud import IGNORE, WeightedBCE, pos_weight_from_counts
+
+
+def check_recent_k(recent_k: int | None) -> None:
+    if recent_k is not None and recent_k < 1:
+        raise ValueError(f"recent_k must be >= 1 or None, got {recent_k!r}")
+
+
+class SequenceFraudConfig(TxnHeadConfig):
+    """Config of :class:`SequenceFraudModel`: the encoder's fields plus the window head's.
+
+    Args:
+        fraud_hidden: hidden width of the MLP (default ``D // 2``).
+        fraud_dropout: dropout of the MLP.
+        pos_weight: BCE positive weight (set from the training windows' labels).
+        sequence_recent_k: a window's label counts fraud among its ``recent_k`` newest transactions
+            only (None: any of its transactions).
+        freeze_backbone, **kwargs: :class:`~slmlab.transactions.model.TxnHeadConfig`'s.
+    """
+
+    model_type = "slmlab_txn_sequence"
+    HEAD_FIELDS = ("fraud_hidden", "fraud_dropout", "pos_weight", "sequence_recent_k")
+
+    def __init__(self, fraud_hidden: int | None = None, fraud_dropout: float = 0.1, pos_weight: float = 1.0,
+                 sequence_recent_k: int | None = None, **kwargs) -> None:
+        self.fraud_hidden = fraud_hidden
+        self.fraud_dropout = float(fraud_dropout)
+        self.pos_weight = float(pos_weight)
+        self.sequence_recent_k = sequence_recent_k
+        super().__init__(**kwargs)
+        check_recent_k(sequence_recent_k)
 
 
 def window_labels(labels: torch.Tensor, txn_mask: torch.Tensor, recent_k: int | None = None) -> torch.Tensor:
@@ -32,8 +69,7 @@ def window_labels(labels: torch.Tensor, txn_mask: torch.Tensor, recent_k: int | 
     labels, txn_mask = torch.as_tensor(labels), torch.as_tensor(txn_mask).bool()
     if labels.shape != txn_mask.shape or labels.dim() != 2:
         raise ValueError(f"labels and txn_mask must both be [B, T], got {tuple(labels.shape)} and {tuple(txn_mask.shape)}")
-    if recent_k is not None and recent_k < 1:
-        raise ValueError(f"recent_k must be >= 1 or None, got {recent_k!r}")
+    check_recent_k(recent_k)
     counted = txn_mask
     if recent_k is not None:
         from_end = txn_mask.flip(1).long().cumsum(1).flip(1)  # 1 = the newest real transaction
@@ -85,8 +121,11 @@ class SequenceFraudModel(TxnHeadModel):
     the loss is the BCE (``config.pos_weight``) over windows with a label.
     """
 
+    config_class = SequenceFraudConfig
+
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
+        config = self.config
         self.encoder = TransactionEncoder(config)
         d = config.backbone_config().hidden_size
         self.sequence_head = SequenceFraudHead(d, len(self.encoder.feature_names), config.fraud_hidden,
@@ -106,23 +145,41 @@ class SequenceFraudModel(TxnHeadModel):
         return SequenceOutput(loss=loss, logits=logits)
 
 
+def sequence_labels(ids: torch.Tensor, txn_mask: torch.Tensor, row_labels: torch.Tensor,
+                    config: SequenceFraudConfig) -> torch.Tensor:
+    """Batch labels ``[B]`` of the window head: :func:`window_labels` with the config's ``recent_k``."""
+    return window_labels(row_labels, txn_mask, config.sequence_recent_k)
+
+
+def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -> tuple[dict[str, Windows], dict]:
+    """The window head's ``train`` / ``validation`` windows (stride ``T // 2``) and the config values
+    they fix: ``pos_weight`` from the training windows' labels (``config["sequence_recent_k"]``),
+    counted before ``keep_negative`` / ``fraud_share`` rebalance them."""
+    recent_k = config.get("sequence_recent_k")
+    check_recent_k(recent_k)
+    train_w = bank.windows(T, T // 2, "train", labels=bank.labels(bank.cuts["train_end"]))
+    y = window_labels(torch.from_numpy(train_w.labels.astype(np.int64)), torch.from_numpy(train_w.txn_mask), recent_k)
+    pos_weight = pos_weight_from_counts(int((y == 0).sum()), int((y == 1).sum()))
+    windows = {"train": balance_windows(train_w, options.keep_negative, options.fraud_share, options.seed),
+               "validation": bank.windows(T, T // 2, "validation", labels=bank.labels(bank.cuts["test_start"]))}
+    return windows, {"pos_weight": pos_weight}
+
+
 @torch.no_grad()
-def sequence_eval(model: SequenceFraudModel, windows, recent_k: int | None = None, batch_size: int = 64) -> dict:
-    """Validation loss and window-level PR-AUC of ``model`` over ``windows`` (windows with a label);
-    ``acc`` repeats the PR-AUC (what the harness's ``keep_best`` selects on)."""
-    import numpy as np
+def sequence_eval(model: SequenceFraudModel, windows: Windows, batch_size: int = 64) -> dict:
+    """Validation loss and window-level PR-AUC of ``model`` over ``windows`` (windows with a label, by
+    the model's ``sequence_recent_k``); ``acc`` repeats the PR-AUC (what the harness's ``keep_best``
+    selects on)."""
     from sklearn.metrics import average_precision_score
 
     device = next(model.parameters()).device
+    recent_k = model.config.sequence_recent_k
     was = model.training
     model.eval()
     ys, ps, loss_sum, n = [], [], 0.0, 0
-    for s in range(0, len(windows), batch_size):
-        ids = torch.from_numpy(windows.ids[s:s + batch_size]).to(device)
-        mask = torch.from_numpy(windows.txn_mask[s:s + batch_size]).to(device)
-        lab = window_labels(torch.from_numpy(windows.labels[s:s + batch_size].astype(np.int64)), mask.cpu(),
-                            recent_k).to(device)
-        out = model(input_ids=ids, attention_mask=mask, labels=lab)
+    for batch in windows.batches(batch_size, device):
+        lab = window_labels(batch.labels, batch.txn_mask, recent_k)
+        out = model(input_ids=batch.ids, attention_mask=batch.txn_mask, labels=lab)
         valid = lab != IGNORE
         k = int(valid.sum())
         loss_sum += float(out.loss) * k

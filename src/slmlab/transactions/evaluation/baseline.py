@@ -5,15 +5,23 @@ Rolling windows are computed exactly with one ``searchsorted`` over ``(customer,
 prefix sums (no Python loop over rows): for row ``i`` the window ``[t_i - w, t_i)`` of its customer
 holds rows ``lo..i-1``. Merchant risk (after the Fraud Detection Handbook of Le Borgne et al.) is the
 merchant's fraud count and fraud rate over 1 / 7 / 30 days, ending ``delay`` (7) days before the
-transaction and counting only frauds whose label was available by then. Early stopping picks the number of boosting iterations by validation PR-AUC
-(``staged_predict_proba``), so validation rows never enter the fit.
+transaction and counting only frauds whose label was available by then. Early stopping picks the
+number of boosting iterations by validation PR-AUC (``staged_predict_proba``), so validation rows never
+enter the fit.
+
+:func:`hgb_split` (which rows fit and select the booster) and :func:`hgb_scores` (features, fit and
+scores of every bank row) are shared by the evaluation report and the stacked model.
 """
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from ._deps import pd
+from .._deps import pd
+from ..data.bank import Bank, derive_distance
+from ..data.schema import haversine_km
 
 WINDOWS_S = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
 RISK_WINDOWS_S = {"1d": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
@@ -23,7 +31,7 @@ HGB_PARAMS = dict(learning_rate=0.05, max_iter=500, max_leaf_nodes=31, min_sampl
                   random_state=0, early_stopping=False)
 
 
-def _window_stats(key_cust: np.ndarray, secs: np.ndarray, values: list[np.ndarray], w: float) -> list[np.ndarray]:
+def window_stats(key_cust: np.ndarray, secs: np.ndarray, values: list[np.ndarray], w: float) -> list[np.ndarray]:
     """Per row: the count and the sums of ``values`` over the customer's earlier rows within ``w`` s."""
     key = key_cust * 1e10 + secs  # rows are sorted by (customer, time)
     lo = np.searchsorted(key, key - w, side="left")
@@ -115,7 +123,7 @@ def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, ro
         declined = declined.to_numpy(float)
         amt = np.abs(amount)
         for name, w in WINDOWS_S.items():
-            cnt, s, s2, dec = _window_stats(cust, secs, [amt, amt ** 2, declined], w)
+            cnt, s, s2, dec = window_stats(cust, secs, [amt, amt ** 2, declined], w)
             feats[f"count_{name}"], feats[f"sum_{name}"] = cnt, s
             if name in ("1h", "24h"):
                 feats[f"declines_{name}"] = dec
@@ -137,16 +145,14 @@ def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, ro
             mcodes = pd.factorize(df["merchant_id"].astype(str))[0]
             last_visit = pd.Series(secs).groupby([cust, mcodes]).shift(1).to_numpy()
             fresh = np.where(np.isnan(last_visit) | (secs - last_visit >= 86400), 1.0, 0.0)
-            feats["distinct_merchants_24h"] = _window_stats(cust, secs, [fresh], 86400)[1]
+            feats["distinct_merchants_24h"] = window_stats(cust, secs, [fresh], 86400)[1]
         if {"merchant_lat", "merchant_lon"} <= set(df.columns):
             lat, lon = df["merchant_lat"].to_numpy(float), df["merchant_lon"].to_numpy(float)
             present = ~np.isnan(lat)
             prev_lat = pd.Series(np.where(present, lat, np.nan)).groupby(cust).transform(lambda s: s.ffill().shift(1))
             prev_lon = pd.Series(np.where(present, lon, np.nan)).groupby(cust).transform(lambda s: s.ffill().shift(1))
             prev_t = pd.Series(np.where(present, secs, np.nan)).groupby(cust).transform(lambda s: s.ffill().shift(1))
-            from .schema import _haversine_km
-
-            km = _haversine_km(lat, lon, prev_lat.to_numpy(), prev_lon.to_numpy())
+            km = haversine_km(lat, lon, prev_lat.to_numpy(), prev_lon.to_numpy())
             hours = np.maximum((secs - prev_t.to_numpy()) / 3600, 1 / 60)
             feats["card_present_speed_kmh"] = np.where(present, km / hours, np.nan)
     if risk:
@@ -185,3 +191,44 @@ def predict_at(model, X: pd.DataFrame, n_iter: int) -> np.ndarray:
         if it == n_iter:
             break
     return last[:, 1]
+
+
+HGB_VARIANTS = {"hgb_raw": {"rolling": False}, "hgb_rolling": {"rolling": True},
+                "hgb_rolling_risk": {"rolling": True, "risk": True}}
+
+
+def hgb_split(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(fit_rows, y_fit, select_rows, y_select)``: training-period rows (held-out customers excluded)
+    with labels known by the end of train, and validation rows with labels known by the start of test."""
+    train = bank.period_mask(None, bank.cuts["train_end"])
+    if bank.holdout:
+        train &= ~bank.df["customer_id"].isin(bank.holdout).to_numpy()
+    y_tr = bank.labels(bank.cuts["train_end"])
+    y_va = bank.labels(bank.cuts["test_start"])
+    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
+    tr_rows = np.flatnonzero(train & (y_tr >= 0))
+    va_rows = np.flatnonzero(val & (y_va >= 0))
+    return tr_rows, y_tr[tr_rows], va_rows, y_va[va_rows]
+
+
+def hgb_scores(bank: Bank, rolling: bool, risk: bool = False, extra: pd.DataFrame | None = None,
+               split=hgb_split) -> tuple[np.ndarray, dict]:
+    """Scores of HGB (B0 raw fields, with rolling features, and with merchant risk as well) for every
+    row; fit on the rows of ``split(bank)`` (default :func:`hgb_split`: train rows with labels known by
+    the end of train), iteration count chosen on its selection rows (validation). ``extra``: columns
+    appended to the features (one row per bank row; the stacked model's)."""
+    t0 = time.perf_counter()
+    df = bank.df
+    train = bank.period_mask(None, bank.cuts["train_end"])
+    if bank.holdout:
+        train &= ~df["customer_id"].isin(bank.holdout).to_numpy()
+    X = build_features(df, derive_distance(bank), rolling=rolling, freq_rows=train, risk=risk)
+    if extra is not None:
+        X = pd.concat([X, extra.set_axis(X.index)], axis=1)
+    t_feat = time.perf_counter() - t0
+    tr_rows, y_tr, va_rows, y_va = split(bank)
+    model, n_iter = fit_hgb(X.iloc[tr_rows], y_tr, X.iloc[va_rows], y_va)
+    scores = predict_at(model, X, n_iter)
+    return scores, {"features": list(X.columns), "n_iter": int(n_iter), "feature_seconds": t_feat,
+                    "fit_rows": int(len(tr_rows)), "fit_frauds": int((y_tr == 1).sum()),
+                    "total_seconds": time.perf_counter() - t0}

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .schema import MASK, PAD
+from ..data.schema import MASK, PAD
 
 HEAD_INPUTS = ("state", "surprisal", "both")
 
@@ -38,7 +38,7 @@ def field_surprisal(lm_heads, hidden: torch.Tensor, ids: torch.Tensor, txn_mask:
     """Surprisal (nats) of fields ``0 .. num_fields - 1`` of every transaction.
 
     Args:
-        lm_heads: the encoder's :class:`~slmlab.transactions.heads.PerFeatureLMHeads`.
+        lm_heads: the encoder's :class:`~slmlab.transactions.embedding.PerFeatureLMHeads`.
         hidden: ``[B, T*F, D]`` backbone states.
         ids: ``[B, T, F]`` the window's ids.
         txn_mask: ``[B, T]`` real rows.
@@ -55,7 +55,7 @@ def field_surprisal(lm_heads, hidden: torch.Tensor, ids: torch.Tensor, txn_mask:
         else:
             h = hidden[:, g - 1::nf]
             tgt, valid = ids[:, :, g], txn_mask
-        logp = F.log_softmax(lm_heads._logits(h, g).float(), -1)
+        logp = F.log_softmax(lm_heads.logits(h, g).float(), -1)
         valid = valid & (tgt != PAD) & (tgt != MASK)
         nll = -logp.gather(-1, tgt.long().unsqueeze(-1)).squeeze(-1) * valid
         out.append(F.pad(nll, (1, 0)) if g == 0 else nll)

@@ -13,19 +13,24 @@ customers in a batch, ``S = z1 z2^T / tau`` and the loss is the mean of the cros
 ``S`` and ``S^T`` against the diagonal (the same customer is the positive, the other ``B - 1``
 customers the negatives). Without a trained head, :func:`embed_windows` uses the normalised
 masked mean itself (``dim = D``).
+
+Training data (:func:`training_windows`): pairs of adjacent windows of one customer
+(:func:`window_pairs`). Validation: :func:`customer_eval` (InfoNCE and pair retrieval top-1).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from .generate import encoder_of
-from .model import TransactionEncoder, TxnEncoderConfig, TxnHeadModel, txn_mask_from
+from ..data.bank import Bank
+from ..data.windows import WindowOptions, Windows, build_windows
+from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, encoder_of, txn_mask_from
 
 
 def summary_states(hidden: torch.Tensor, num_features: int) -> torch.Tensor:
@@ -51,6 +56,28 @@ def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 0.1) -> torch.Tens
     logits = z1.float() @ z2.float().T / tau
     target = torch.arange(len(z1), device=z1.device)
     return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+
+
+class CustomerEmbeddingConfig(TxnHeadConfig):
+    """Config of :class:`CustomerEmbeddingModel`: the encoder's fields plus the embedding head's.
+
+    Args:
+        customer_dim: embedding size.
+        customer_tau: InfoNCE temperature.
+        freeze_backbone, **kwargs: :class:`~slmlab.transactions.model.TxnHeadConfig`'s.
+    """
+
+    model_type = "slmlab_txn_customer"
+    HEAD_FIELDS = ("customer_dim", "customer_tau")
+
+    def __init__(self, customer_dim: int = 128, customer_tau: float = 0.1, **kwargs) -> None:
+        self.customer_dim = int(customer_dim)
+        self.customer_tau = float(customer_tau)
+        super().__init__(**kwargs)
+        if self.customer_dim < 1:
+            raise ValueError(f"customer_dim must be >= 1, got {customer_dim!r}")
+        if not self.customer_tau > 0:
+            raise ValueError(f"customer_tau must be > 0, got {customer_tau!r}")
 
 
 class CustomerEmbeddingHead(nn.Module):
@@ -86,16 +113,18 @@ class CustomerEmbeddingModel(TxnHeadModel):
 
     ``forward(input_ids)`` with ``[B, T, F]`` ids returns embeddings ``[B, dim]``; with a pair batch
     ``[B, 2, T, F]`` (two disjoint windows per customer) it returns ``[B, 2, dim]`` and the InfoNCE
-    loss. Config extras: ``customer_dim`` (default 128), ``customer_tau`` (default 0.1).
+    loss (config: :class:`CustomerEmbeddingConfig`).
     """
+
+    config_class = CustomerEmbeddingConfig
 
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
+        config = self.config
         self.encoder = TransactionEncoder(config)
         d = config.backbone_config().hidden_size
-        self.tau = float(getattr(config, "customer_tau", 0.1))
-        self.customer_head = CustomerEmbeddingHead(d, int(getattr(config, "customer_dim", 128)),
-                                                   len(self.encoder.feature_names))
+        self.tau = config.customer_tau
+        self.customer_head = CustomerEmbeddingHead(d, config.customer_dim, len(self.encoder.feature_names))
         self._finish_init()
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -142,8 +171,8 @@ def embed_windows(model, ids: torch.Tensor, txn_mask: torch.Tensor | None = None
         model.train(was)
 
 
-def window_pairs(bank, T: int, split: str):
-    """Pairs of disjoint, adjacent windows of one customer: a :class:`~slmlab.transactions.windows.Windows`
+def window_pairs(bank: Bank, T: int, split: str) -> Windows:
+    """Pairs of disjoint, adjacent windows of one customer: a :class:`~slmlab.transactions.data.windows.Windows`
     whose arrays have a pair axis (``ids [N, 2, T, F]``, older window first).
 
     ``train``: the customer's history up to the end of train (held-out customers excluded) cut into
@@ -151,10 +180,6 @@ def window_pairs(bank, T: int, split: str):
     most one pair). ``validation``: per customer, the newest two windows ending at the end of
     validation, kept when the newer one holds a validation transaction.
     """
-    import numpy as np
-
-    from .windows import Windows, build_windows
-
     cuts = bank.cuts
     if split not in ("train", "validation"):
         raise ValueError(f"split must be 'train' or 'validation', got {split!r}")
@@ -179,22 +204,30 @@ def window_pairs(bank, T: int, split: str):
             i -= 2
         else:
             i -= 1
-    idx = np.asarray(sorted(pairs), np.int64).reshape(-1, 2)
-    return Windows(*(getattr(w, f)[idx] for f in ("ids", "txn_mask", "labels", "rows", "score_from")))
+    return w.take(np.asarray(sorted(pairs), np.int64).reshape(-1, 2))
+
+
+def pair_labels(ids: torch.Tensor, txn_mask: torch.Tensor, row_labels: torch.Tensor,
+                config: CustomerEmbeddingConfig | None = None) -> torch.Tensor:
+    """Batch labels of the customer head: unused zeros ``[B]`` (the pairing is the label)."""
+    return torch.zeros(len(ids), dtype=torch.long)
+
+
+def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -> tuple[dict[str, Windows], dict]:
+    """The customer head's ``train`` / ``validation`` pair windows (:func:`window_pairs`)."""
+    return {split: window_pairs(bank, T, split) for split in ("train", "validation")}, {}
 
 
 @torch.no_grad()
-def customer_eval(model, pairs, batch_size: int = 64) -> dict:
+def customer_eval(model, pairs: Windows, batch_size: int = 64) -> dict:
     """InfoNCE over validation pairs (in batches of ``batch_size``, as in training) and retrieval
     top-1 over all of them: the share of first windows whose nearest second window (cosine) is the
     same customer's. ``acc`` repeats the retrieval top-1."""
     device = next(model.parameters()).device
     z1, z2 = [], []
-    for s in range(0, len(pairs), batch_size):
-        ids = torch.from_numpy(pairs.ids[s:s + batch_size]).to(device)
-        mask = torch.from_numpy(pairs.txn_mask[s:s + batch_size]).to(device)
-        z1.append(embed_windows(model, ids[:, 0], mask[:, 0]))
-        z2.append(embed_windows(model, ids[:, 1], mask[:, 1]))
+    for batch in pairs.batches(batch_size, device):
+        z1.append(embed_windows(model, batch.ids[:, 0], batch.txn_mask[:, 0]))
+        z2.append(embed_windows(model, batch.ids[:, 1], batch.txn_mask[:, 1]))
     tau = float(getattr(model.config, "customer_tau", 0.1))
     losses = [float(info_nce(a, b, tau)) * len(a) for a, b in zip(z1, z2)]
     a, b = torch.cat(z1), torch.cat(z2)

@@ -1,6 +1,6 @@
 """The transaction schema: which 15 token features a transaction becomes, and how each is encoded.
 
-``load_schema(path) -> SchemaConfig`` parses and validates the YAML (``configs/schema.yaml`` in this
+``load_schema(path) -> SchemaConfig`` parses and validates the YAML (``configs/schema.yaml`` of
 package); ``SchemaConfig.fit(df_train) -> FittedSchema`` learns the data-dependent parts (quantile edges,
 top-K vocabularies) from training rows only; ``FittedSchema.encode(df)`` turns a transaction table into
 ``int16[n_txn, F]`` per customer. Every feature reserves ids 0 PAD, 1 MASK, 2 UNK (unseen value),
@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ._deps import pd
+from .._deps import pd
 
 PAD, MASK, UNK, NONE = 0, 1, 2, 3
 SPECIALS = ("PAD", "MASK", "UNK", "NONE")
 FIRST_REAL = 4
-DEFAULT_SCHEMA = Path(__file__).parent / "configs" / "schema.yaml"
+CONFIGS = Path(__file__).parents[1] / "configs"
+DEFAULT_SCHEMA = CONFIGS / "schema.yaml"
 REQUIRED_COLUMNS = ("transaction_id", "customer_id", "timestamp", "amount")
 ENCODING_KINDS = ("fixed_edges", "range", "list", "vocab", "hash", "quantile")
 DERIVES = ("seconds_since_prev", "local_hour", "local_weekday", "local_day", "km_from_home")
@@ -249,7 +250,7 @@ def sort_transactions(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["customer_id", "timestamp", "transaction_id"], kind="stable").reset_index(drop=True)
 
 
-def _haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:
+def haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:
     p1, p2 = np.radians(lat1), np.radians(lat2)
     dphi, dlmb = p2 - p1, np.radians(lon2) - np.radians(lon1)
     a = np.sin(dphi / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dlmb / 2) ** 2
@@ -293,7 +294,7 @@ def derive_features(schema: SchemaConfig, df: pd.DataFrame, customers: pd.DataFr
             lat_c, lon_c = f.source
             if lat_c in df and lon_c in df:
                 home = home_locations(df, customers).reindex(df["customer_id"])
-                out[f.name] = pd.Series(_haversine_km(df[lat_c].to_numpy(float), df[lon_c].to_numpy(float),
+                out[f.name] = pd.Series(haversine_km(df[lat_c].to_numpy(float), df[lon_c].to_numpy(float),
                                                       home["home_lat"].to_numpy(float), home["home_lon"].to_numpy(float)))
             else:
                 out[f.name] = pd.Series(np.nan, index=df.index)
@@ -309,7 +310,7 @@ def derive_features(schema: SchemaConfig, df: pd.DataFrame, customers: pd.DataFr
     return pd.DataFrame(out).reset_index(drop=True)
 
 
-def _blake_bucket(salt: str, feature: str, value: str, buckets: int) -> int:
+def blake_bucket(salt: str, feature: str, value: str, buckets: int) -> int:
     digest = hashlib.blake2b(f"{salt}|{feature}|{value}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % buckets + FIRST_REAL
 
@@ -376,7 +377,7 @@ class FittedSchema:
                 ids[present] = strs.map(lambda v: lookup.get(v, UNK)).to_numpy(np.int64)
             else:
                 uniq = pd.unique(strs)
-                table = {v: _blake_bucket(self.schema.hash_salt, f.name, v, int(enc["buckets"])) for v in uniq}
+                table = {v: blake_bucket(self.schema.hash_salt, f.name, v, int(enc["buckets"])) for v in uniq}
                 ids[present] = strs.map(table).to_numpy(np.int64)
         return ids.astype(np.int16)
 

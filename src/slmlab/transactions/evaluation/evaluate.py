@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ._deps import pd
-from .baseline import build_features, fit_hgb, predict_at
-from .data import Bank, derive_distance
-from .score import score_bank
+from .._deps import pd
+from ..data.bank import Bank
+from .baseline import HGB_VARIANTS, hgb_scores
+from .score import score_bank, score_embed_bank
+from .stacking import stacked_scores
 
 
 def recall_at_fpr(y: np.ndarray, s: np.ndarray, fpr_max: float, w: np.ndarray | None = None) -> float:
@@ -138,47 +139,6 @@ def _ci(values) -> list[float]:
     return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) else [float("nan")] * 2
 
 
-HGB_VARIANTS = {"hgb_raw": {"rolling": False}, "hgb_rolling": {"rolling": True},
-                "hgb_rolling_risk": {"rolling": True, "risk": True}}
-
-
-def hgb_split(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(fit_rows, y_fit, select_rows, y_select)``: training-period rows (held-out customers excluded)
-    with labels known by the end of train, and validation rows with labels known by the start of test."""
-    train = bank.period_mask(None, bank.cuts["train_end"])
-    if bank.holdout:
-        train &= ~bank.df["customer_id"].isin(bank.holdout).to_numpy()
-    y_tr = bank.labels(bank.cuts["train_end"])
-    y_va = bank.labels(bank.cuts["test_start"])
-    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
-    tr_rows = np.flatnonzero(train & (y_tr >= 0))
-    va_rows = np.flatnonzero(val & (y_va >= 0))
-    return tr_rows, y_tr[tr_rows], va_rows, y_va[va_rows]
-
-
-def hgb_scores(bank: Bank, rolling: bool, risk: bool = False, extra: pd.DataFrame | None = None,
-               split=hgb_split) -> tuple[np.ndarray, dict]:
-    """Scores of HGB (B0 raw fields, with rolling features, and with merchant risk as well) for every
-    row; fit on the rows of ``split(bank)`` (default :func:`hgb_split`: train rows with labels known by
-    the end of train), iteration count chosen on its selection rows (validation). ``extra``: columns
-    appended to the features (one row per bank row; the stacked model's)."""
-    t0 = time.perf_counter()
-    df = bank.df
-    train = bank.period_mask(None, bank.cuts["train_end"])
-    if bank.holdout:
-        train &= ~df["customer_id"].isin(bank.holdout).to_numpy()
-    X = build_features(df, derive_distance(bank), rolling=rolling, freq_rows=train, risk=risk)
-    if extra is not None:
-        X = pd.concat([X, extra.set_axis(X.index)], axis=1)
-    t_feat = time.perf_counter() - t0
-    tr_rows, y_tr, va_rows, y_va = split(bank)
-    model, n_iter = fit_hgb(X.iloc[tr_rows], y_tr, X.iloc[va_rows], y_va)
-    scores = predict_at(model, X, n_iter)
-    return scores, {"features": list(X.columns), "n_iter": int(n_iter), "feature_seconds": t_feat,
-                    "fit_rows": int(len(tr_rows)), "fit_frauds": int((y_tr == 1).sum()),
-                    "total_seconds": time.perf_counter() - t0}
-
-
 def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = None, n_boot: int = 1000,
                     device="cpu", extra: dict | None = None, progress: bool = False, stacking: bool = False,
                     models: dict | None = None, pairs: list[tuple[str, str]] = ()) -> dict:
@@ -186,7 +146,7 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
     (``report.md``, ``metrics.json``, ``pr_curve.png``). Returns the metrics dict.
 
     Args:
-        stacking: also the stacked models of :mod:`slmlab.transactions.stacking` (needs ``fraud_model``;
+        stacking: also the stacked models of :mod:`slmlab.transactions.evaluation.stacking` (needs ``fraud_model``;
             its scores then come from the same one-pass scoring of every row).
         models: further fraud models (name -> model) scored like ``fraud_model``, e.g. the
             label-fraction pair; ``pairs``: further paired differences to bootstrap.
@@ -204,9 +164,6 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         all_scores[name], info[name] = hgb_scores(bank, **kw)
         timings[name] = info[name]["total_seconds"]
     if fraud_model is not None and stacking:
-        from .score import score_embed_bank
-        from .stacking import stacked_scores
-
         t0 = time.perf_counter()
         all_scores["sequence"], emb = score_embed_bank(fraud_model, bank, device=device, progress=progress)
         timings["sequence_scoring_all_rows"] = time.perf_counter() - t0

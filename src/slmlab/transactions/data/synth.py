@@ -5,21 +5,20 @@ Determinism: ``np.random.SeedSequence(seed)`` spawns four streams (world, mercha
 customers); customer ``i`` draws from its own child ``(customers, i)``, so the output is identical for
 any chunking. Each customer is generated with array operations (all days' counts, then all fields).
 Card-testing campaigns are drawn once at campaign level and merged into their victims' histories.
+The behaviour's probabilities and ranges are the fields of :class:`BehaviourConfig`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from ._deps import pd
+from .._deps import pd
 
-SYNTH_YAML = Path(__file__).parent / "configs" / "synth.yaml"
+SYNTH_YAML = Path(__file__).parents[1] / "configs" / "synth.yaml"
 PATTERNS = ("card_testing", "account_takeover", "counterfeit_after_compromise", "lost_stolen")
 CASE_SIZE = {"card_testing": 12.0, "account_takeover": 4.0, "counterfeit_after_compromise": 5.0, "lost_stolen": 8.0}
 
@@ -69,13 +68,134 @@ FOREIGN = [("CA", "CAD", 50, -100), ("MX", "MXN", 23, -102), ("GB", "GBP", 53, -
 CT_MCCS, ATO_MCCS = (5818, 8398, 5968, 5814, 5999, 5815), (5732, 6540, 5944, 4829)
 CF_MCCS, LS_MCCS = (6011, 5411, 5311, 5541, 5812), (5411, 5921, 5541, 5814, 5999)
 REFUND_MCCS = (5311, 5691, 5732, 5999, 5944, 5411)
-DECLINES = ("bad_cvv", "bad_expiry", "do_not_honor")
 KM_PER_DEG = 111.0
+
+
+@dataclass(frozen=True)
+class BehaviourConfig:
+    """How customers, merchants and fraudsters behave: the generator's probabilities, counts and
+    ranges (a field of :class:`SynthConfig`; the defaults produce the documented bank).
+
+    Conventions: a ``*_share`` or ``*_rate`` is a probability per transaction (or per case / merchant,
+    as its comment says); an integer range ``(lo, hi)`` is numpy's half-open ``integers(lo, hi)``, so
+    ``(3, 21)`` means 3 to 20; a float range is ``uniform(lo, hi)``; a ``*_mix`` gives the
+    probabilities of the listed codes. Shares marked "x difficulty" are multiplied by
+    :attr:`SynthConfig.difficulty` (0: the easy bank without confounders); an ``*_easy`` field
+    replaces its pattern's range when the difficulty is 0.
+    """
+
+    # -- merchants ----------------------------------------------------------------------------------
+    merchant_abroad_share: float = 0.15  # physical merchants located in a foreign city
+    online_foreign_share: float = 0.15  # online merchants based abroad
+    legacy_terminal_share: float = 0.03  # physical merchants whose terminal only swipes
+    merchant_price_sigma: float = 0.25  # log-sigma of a merchant's price level (lognormal around 1)
+    compromise_days: tuple[int, int] = (7, 22)  # how long a compromised fuel/ATM terminal skims, in days
+
+    # -- customers: profile ---------------------------------------------------------------------------
+    rate_shape: float = 4.0  # Gamma shape of the customer's rate multiplier (scale 1 / shape: mean 1)
+    amount_mult_sigma: float = 0.3  # log-sigma of the customer's amount multiplier
+    mcc_concentration: float = 30.0  # Dirichlet concentration of the customer's MCC mix around the archetype's
+    devices: tuple[int, int] = (1, 4)  # online devices a customer owns
+
+    # -- customers: legitimate behaviour --------------------------------------------------------------
+    payday_boost: float = 1.2  # spending factor on days 1, 2, 15 and 16 of the month
+    trip_days: tuple[int, int] = (2, 11)  # length of a trip
+    trip_abroad_share: float = 0.3  # trips that go abroad (else to another home city)
+    online_favourites: tuple[int, int] = (1, 4)  # favourite online merchants per MCC
+    online_favourite_share: float = 0.8  # online purchases at a favourite
+    home_favourites: tuple[int, int] = (2, 7)  # favourite home-city merchants per MCC
+    home_favourite_share: float = 0.85  # home-city card-present purchases at a favourite
+    foreign_online_share: float = 0.08  # online purchases at a foreign merchant (x difficulty)
+    big_purchase_share: float = 0.01  # purchases far above the usual amount (x difficulty) ...
+    big_purchase_factor: tuple[float, float] = (3.0, 10.0)  # ... by this factor
+    entry_mix: tuple[float, ...] = (0.55, 0.35, 0.08, 0.02)  # card-present entry: chip, contactless, swipe, manual_key
+    chip_pin_share: float = 0.5  # chip purchases verified by PIN (else signature)
+    cvm_limit: float = 100.0  # contactless purchases below this amount need no verification (no_cvm)
+    online_auth_mix: tuple[float, ...] = (0.6, 0.1, 0.3)  # online auth: 3ds_frictionless, 3ds_challenge, none
+    device_churn: float = 1 / 60  # online purchases after which a new device id appears
+    insufficient_funds_rate: float = 0.002  # per transaction, x amount / the customer's median amount ...
+    insufficient_funds_cap: float = 0.2  # ... capped at this probability
+    bad_pin_rate: float = 0.003  # PIN transactions declined bad_pin
+    bad_cvv_rate: float = 0.002  # online transactions declined bad_cvv
+    technical_error_rate: float = 0.001  # transactions declined technical_error
+    verification_share: float = 0.04  # $0 verifications before a non-favourite online purchase (x difficulty)
+    refund_share: float = 0.005  # retail purchases refunded ...
+    refund_days: tuple[int, int] = (1, 15)  # ... this many days later
+    subscriptions: tuple[int, int] = (2, 6)  # monthly subscriptions tried per customer
+
+    # -- card testing: a fraud device tries small charges at 1-2 online merchants on many cards ----------
+    ct_victims: tuple[int, int] = (5, 41)  # cards per campaign
+    ct_merchants: tuple[int, int] = (1, 3)  # merchants per campaign
+    ct_attempts: tuple[int, int] = (3, 21)  # attempts per card ...
+    ct_start_s: int = 7200  # ... starting within this many seconds of the campaign ...
+    ct_gap_s: tuple[int, int] = (5, 600)  # ... this many seconds apart
+    ct_zero_share: float = 0.5  # attempts that are $0 card verifications (else small charges)
+    ct_amount: tuple[float, float] = (0.5, 12.0)  # small charge amounts
+    ct_amount_easy: tuple[float, float] = (0.5, 2.0)
+    ct_decline_share: float = 0.4  # attempts declined ...
+    ct_decline_mix: tuple[float, ...] = (0.5, 0.25, 0.25)  # ... as bad_cvv, bad_expiry, do_not_honor
+    ct_cashout_share: float = 0.6  # cards with an approved attempt that are then cashed out ...
+    ct_cashouts: tuple[int, int] = (1, 4)  # ... in this many purchases ...
+    ct_cashout_delay_s: tuple[int, int] = (600, 86400)  # ... starting this long after the last attempt ...
+    ct_cashout_gap_s: tuple[int, int] = (60, 3600)  # ... this many seconds apart ...
+    ct_cashout_amount: tuple[float, float] = (200.0, 1500.0)  # ... of this amount
+
+    # -- account takeover: online purchases from a new device ----------------------------------------
+    ato_purchases: tuple[int, int] = (2, 7)  # purchases per case ...
+    ato_hours: tuple[float, float] = (1.0, 48.0)  # ... spread over up to this many hours
+    ato_mimic_share: float = 0.5  # cases in MCCs the customer already buys online (x difficulty)
+    ato_foreign_share: float = 0.5  # purchases of a non-mimicking case at foreign merchants (difficulty 0: all)
+    ato_amount_factor: tuple[float, float] = (1.5, 6.0)  # amount / the customer's median amount
+    ato_verification_share: float = 0.5  # cases opened by a $0 verification 30 s before
+
+    # -- counterfeit after a compromise: a swipe spree far from home ------------------------------------
+    cf_purchases: tuple[int, int] = (2, 9)  # purchases per case ...
+    cf_delay_days: tuple[int, int] = (3, 31)  # ... starting this many days after the skimming ...
+    cf_spread_days: tuple[float, float] = (1.0, 3.0)  # ... spread over up to this many days ...
+    cf_far_km: float = 300.0  # ... in a home city at least this far away ...
+    cf_abroad_share: float = 0.5  # ... or, for this share of the cases, abroad
+    cf_amount_factor: tuple[float, float] = (1.0, 4.0)  # amount / the MCC's median amount
+    cf_amount_factor_easy: tuple[float, float] = (4.0, 8.0)
+    cf_atm_bad_pin_share: float = 0.3  # ATM withdrawals of the spree declined bad_pin
+    cf_exposure_sigma: float = 0.3  # log-sigma of the skimmed (legitimate) transaction's amount
+
+    # -- lost or stolen card: a contactless spree just under the no-CVM limit, then a new card ----------
+    ls_purchases: tuple[int, int] = (4, 13)  # purchases per case ...
+    ls_hours: tuple[float, float] = (1.0, 6.0)  # ... spread over up to this many hours ...
+    ls_amount: tuple[float, float] = (60.0, 99.9)  # ... of this amount
+    ls_amount_easy: tuple[float, float] = (95.0, 99.9)
+    ls_new_card_days: tuple[float, float] = (1.0, 3.0)  # the customer's silence before the new card
+
+    # -- labels ------------------------------------------------------------------------------------
+    label_delay_median_days: float = 10.0  # lognormal delay from a case's end to its label ...
+    label_delay_sigma: float = 0.6  # ... with this log-sigma ...
+    label_delay_days: tuple[float, float] = (1.0, 60.0)  # ... clipped to this range
+
+    @classmethod
+    def from_dict(cls, values: dict) -> BehaviourConfig:
+        """From a mapping (YAML, a manifest): lists become tuples; an unknown key raises ``TypeError``."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+    def validate(self) -> BehaviourConfig:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name.endswith(("_share", "_rate", "_cap", "device_churn")) and not 0.0 <= v <= 1.0:
+                raise ValueError(f"behaviour.{f.name} is a probability in [0, 1], got {v!r}")
+            if f.name.endswith("_mix") and (min(v) < 0 or abs(sum(v) - 1) > 1e-6):
+                raise ValueError(f"behaviour.{f.name} must be probabilities summing to 1, got {v!r}")
+            if isinstance(v, tuple) and not f.name.endswith("_mix") and not v[0] <= v[1]:
+                raise ValueError(f"behaviour.{f.name} must be a range (lo, hi) with lo <= hi, got {v!r}")
+        return self
+
+
+DEFAULT_BEHAVIOUR = BehaviourConfig()
 
 
 @dataclass
 class SynthConfig:
-    """Generator settings (``configs/synth.yaml``; presets ``tiny``, ``small``, ``default``)."""
+    """Generator settings (``configs/synth.yaml``; presets ``tiny``, ``small``, ``default``); how
+    customers and fraudsters behave is :attr:`behaviour` (a :class:`BehaviourConfig`, or a mapping of
+    its fields to override)."""
 
     seed: int = 1234
     n_customers: int = 5000
@@ -89,6 +209,19 @@ class SynthConfig:
     pattern_mix: dict = field(default_factory=lambda: {"card_testing": 0.30, "account_takeover": 0.25,
                                                        "counterfeit_after_compromise": 0.25, "lost_stolen": 0.20})
     difficulty: float = 1.0
+    behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.behaviour, dict):
+            self.behaviour = BehaviourConfig.from_dict(self.behaviour)
+
+    def to_dict(self) -> dict:
+        """The settings as plain values (``behaviour`` only when it differs from the defaults, so the
+        manifest of a default bank is unchanged)."""
+        out = asdict(self)
+        if self.behaviour == DEFAULT_BEHAVIOUR:
+            del out["behaviour"]
+        return out
 
     @classmethod
     def from_preset(cls, name: str = "default", **overrides) -> SynthConfig:
@@ -110,6 +243,7 @@ class SynthConfig:
             raise ValueError(f"pattern_mix must give shares of {PATTERNS} summing to 1, got {self.pattern_mix}")
         if not 0.0 <= self.difficulty <= 1.0:
             raise ValueError(f"difficulty must be in [0, 1], got {self.difficulty}")
+        self.behaviour.validate()
         return self
 
 
@@ -150,6 +284,7 @@ class World:
 
 
 def build_world(cfg: SynthConfig, rng_world: np.random.Generator, rng_merch: np.random.Generator) -> World:
+    bh = cfg.behaviour
     nh = cfg.n_home_cities
     foreign = FOREIGN[: cfg.n_foreign_countries]
     lat = list(rng_world.uniform(30, 47, nh))
@@ -172,21 +307,21 @@ def build_world(cfg: SynthConfig, rng_world: np.random.Generator, rng_merch: np.
     w_phys = MCC_W * (1 - MCC_ONLINE) * ~MCC_RECUR
     mcc_p = rng_merch.choice(len(MCC), n_p, p=w_phys / w_phys.sum())
     home_city = rng_merch.choice(nh, n_p, p=pop[:nh])
-    abroad = rng_merch.random(n_p) < 0.15
+    abroad = rng_merch.random(n_p) < bh.merchant_abroad_share
     city_p = np.where(abroad, rng_merch.integers(nh, n_city, n_p), home_city)
     lat_p = lat[city_p] + rng_merch.normal(0, 15 / KM_PER_DEG, n_p)
     lon_p = lon[city_p] + rng_merch.normal(0, 15 / KM_PER_DEG, n_p) / np.cos(np.radians(lat[city_p]))
     w_onl = MCC_W * MCC_ONLINE
     mcc_o = rng_merch.choice(len(MCC), n_o, p=w_onl / w_onl.sum())
-    foreign_o = rng_merch.random(n_o) < 0.15
+    foreign_o = rng_merch.random(n_o) < bh.online_foreign_share
     city_o_country = np.where(foreign_o, rng_merch.integers(nh, n_city, n_o), 0)
     m_mcc = np.concatenate([mcc_p, mcc_o])
     m_city = np.concatenate([city_p, np.full(n_o, -1)])
     m_country = np.array(country)[np.concatenate([city_p, city_o_country])]
     m_currency = np.array(cur)[np.concatenate([city_p, city_o_country])]
     m_online = np.concatenate([np.zeros(n_p, bool), np.ones(n_o, bool)])
-    m_legacy = np.concatenate([rng_merch.random(n_p) < 0.03, np.zeros(n_o, bool)])
-    m_price = rng_merch.lognormal(0, 0.25, n_p + n_o)
+    m_legacy = np.concatenate([rng_merch.random(n_p) < bh.legacy_terminal_share, np.zeros(n_o, bool)])
+    m_price = rng_merch.lognormal(0, bh.merchant_price_sigma, n_p + n_o)
     phys: dict = {}
     for i, (c, m) in enumerate(zip(city_p, mcc_p)):
         phys.setdefault((int(c), int(m)), []).append(i)
@@ -200,12 +335,12 @@ def build_world(cfg: SynthConfig, rng_world: np.random.Generator, rng_merch: np.
         for peak in row[6]:
             d = np.minimum(np.abs(hours - peak), 24 - np.abs(hours - peak))
             hour_base[k] += np.exp(-0.5 * (d / 2.0) ** 2)
-    # compromised fuel/ATM merchants, each for a 7-21 day window
+    # compromised fuel/ATM merchants, each for a window of behaviour.compromise_days
     cand = np.flatnonzero(np.isin(mcc_p, [MI[5541], MI[6011]]) & (city_p < nh))
     n_comp = max(2, n_p // 1500) * max(1, cfg.n_days // 30)
     chosen = rng_merch.choice(cand, min(n_comp, len(cand)), replace=False) if len(cand) else np.zeros(0, int)
-    starts = rng_merch.integers(0, max(1, cfg.n_days - 21), len(chosen))
-    compromised = np.stack([chosen, starts, starts + rng_merch.integers(7, 22, len(chosen))], 1)
+    starts = rng_merch.integers(0, max(1, cfg.n_days - (bh.compromise_days[1] - 1)), len(chosen))
+    compromised = np.stack([chosen, starts, starts + rng_merch.integers(*bh.compromise_days, len(chosen))], 1)
     return World(lat, lon, np.array(country), np.array(cur), tz, pop, nh, m_mcc, m_city,
                  np.concatenate([lat_p, np.full(n_o, np.nan)]), np.concatenate([lon_p, np.full(n_o, np.nan)]),
                  m_online, m_legacy, m_price, m_country, m_currency, phys, phys_mcc, online, online_foreign,
@@ -221,7 +356,8 @@ RESP = ("approved", "insufficient_funds", "bad_pin", "bad_cvv", "bad_expiry", "d
         "technical_error")
 
 
-def _block(n: int, **cols) -> dict:
+def txn_block(n: int, **cols) -> dict:
+    """``n`` transactions as generator columns (:data:`COLS`), ``cols`` broadcast over them."""
     out = {c: np.zeros(n, np.int64) for c in COLS}
     out["amount"] = np.zeros(n, float)
     out["device"] = np.full(n, -1, np.int64)
@@ -249,29 +385,31 @@ class _Customer:
         self.home = int(rng.choice(world.n_home, p=world.city_pop[: world.n_home]))
         self.home_lat = world.city_lat[self.home] + rng.normal(0, 5 / KM_PER_DEG)
         self.home_lon = world.city_lon[self.home] + rng.normal(0, 5 / KM_PER_DEG)
-        self.rate = rate * rng.gamma(4, 0.25)
-        self.amount_mult = amt * rng.lognormal(0, 0.3)
+        bh = cfg.behaviour
+        self.rate = rate * rng.gamma(bh.rate_shape, 1 / bh.rate_shape)
+        self.amount_mult = amt * rng.lognormal(0, bh.amount_mult_sigma)
         self.online_factor, self.night, self.trips = onl, night, trips
         base = MCC_W * ~MCC_RECUR
         for m, b in boosts.items():
             base[MI[m]] *= b
-        self.mcc_w = rng.dirichlet(30 * base / base.sum() + 1e-9 * ~MCC_RECUR) * ~MCC_RECUR
+        self.mcc_w = rng.dirichlet(bh.mcc_concentration * base / base.sum() + 1e-9 * ~MCC_RECUR) * ~MCC_RECUR
         self.mcc_w /= self.mcc_w.sum()
-        self.n_devices = int(rng.integers(1, 4))
+        self.n_devices = int(rng.integers(*bh.devices))
         self.income_band = ["low", "mid", "high"][min(2, int(self.amount_mult > 1) + int(self.amount_mult > 2))]
 
     # legit behaviour
     def legit(self, start_weekday: int, start_dom: np.ndarray) -> dict:
         cfg, w, rng = self.cfg, self.w, self.rng
+        bh = cfg.behaviour
         nd = cfg.n_days
         days = np.arange(nd)
-        factor = WEEKDAY_FACTOR[(start_weekday + days) % 7] * np.where(np.isin(start_dom, (1, 2, 15, 16)), 1.2, 1.0)
+        factor = WEEKDAY_FACTOR[(start_weekday + days) % 7] * np.where(np.isin(start_dom, (1, 2, 15, 16)), bh.payday_boost, 1.0)
         self.expected = float(self.rate * factor.sum())
         counts = rng.poisson(self.rate * factor)
         city_of_day = np.full(nd, self.home)
         for _ in range(rng.poisson(self.trips / 365 * nd)):
-            s, length = int(rng.integers(nd)), int(rng.integers(2, 11))
-            abroad = rng.random() < 0.3
+            s, length = int(rng.integers(nd)), int(rng.integers(*bh.trip_days))
+            abroad = rng.random() < bh.trip_abroad_share
             dest = int(rng.integers(w.n_home, len(w.city_lat))) if abroad else int(rng.integers(w.n_home))
             city_of_day[s:s + length] = dest
         day = np.repeat(days, counts)
@@ -294,8 +432,8 @@ class _Customer:
                 online &= ~(mcc == m)
                 sel_o[:] = False
             else:
-                fav = _pick(rng, pool_o, int(rng.integers(1, 4)))
-                use = rng.random(sel_o.sum()) < 0.8
+                fav = _pick(rng, pool_o, int(rng.integers(*bh.online_favourites)))
+                use = rng.random(sel_o.sum()) < bh.online_favourite_share
                 merchant[sel_o] = np.where(use, _pick(rng, fav, sel_o.sum()), _pick(rng, pool_o, sel_o.sum()))
                 favourite[sel_o] = use
             sel_p = (mcc == m) & ~online
@@ -304,64 +442,64 @@ class _Customer:
             home_pool = w.phys.get((self.home, int(m)), w.phys_mcc[int(m)])
             if not len(home_pool):
                 home_pool = w.any_physical
-            fav = _pick(rng, home_pool, int(rng.integers(2, 7)))
+            fav = _pick(rng, home_pool, int(rng.integers(*bh.home_favourites)))
             for c in np.unique(city[sel_p]):
                 sel = sel_p & (city == c)
                 k = int(sel.sum())
                 if c == self.home:
-                    use = rng.random(k) < 0.85
+                    use = rng.random(k) < bh.home_favourite_share
                     merchant[sel] = np.where(use, _pick(rng, fav, k), _pick(rng, home_pool, k))
                 else:
                     pool = w.phys.get((int(c), int(m)))
                     pool = pool if pool is not None else home_pool
                     merchant[sel] = _pick(rng, pool, k)
         d = self.cfg.difficulty
-        foreign_onl = online & (rng.random(n) < 0.08 * d) & (len(w.online_foreign) > 0)
+        foreign_onl = online & (rng.random(n) < bh.foreign_online_share * d) & (len(w.online_foreign) > 0)
         if foreign_onl.any():
             merchant[foreign_onl] = _pick(rng, w.online_foreign, int(foreign_onl.sum()))
         mi = w.m_mcc[merchant]
         amount = np.round(rng.lognormal(np.log(MCC_MED[mi] * self.amount_mult * w.m_price[merchant]), MCC_SIG[mi]), 2)
-        big = rng.random(n) < 0.01 * d
-        amount[big] = np.round(amount[big] * rng.uniform(3, 10, big.sum()), 2)
-        entry = rng.choice(4, n, p=[.55, .35, .08, .02])
+        big = rng.random(n) < bh.big_purchase_share * d
+        amount[big] = np.round(amount[big] * rng.uniform(*bh.big_purchase_factor, big.sum()), 2)
+        entry = rng.choice(4, n, p=list(bh.entry_mix))
         entry[w.m_legacy[merchant]] = 2
         entry[online] = 4
-        pin = (mi == MI[6011]) | ((entry == 0) & (rng.random(n) < 0.5))
-        auth = np.where(pin, 0, np.where((entry == 1) & (amount < 100), 2, 1))
-        auth[online] = rng.choice([3, 4, 5], online.sum(), p=[.6, .1, .3])
+        pin = (mi == MI[6011]) | ((entry == 0) & (rng.random(n) < bh.chip_pin_share))
+        auth = np.where(pin, 0, np.where((entry == 1) & (amount < bh.cvm_limit), 2, 1))
+        auth[online] = rng.choice([3, 4, 5], online.sum(), p=list(bh.online_auth_mix))
         ttype = np.where(mi == MI[6011], 2, np.where(mi == MI[4829], 4, 0))
-        churn = np.cumsum(online & (rng.random(n) < 1 / 60))
+        churn = np.cumsum(online & (rng.random(n) < bh.device_churn))
         device = np.where(online, (rng.integers(0, self.n_devices, n) + churn), -1)
         med = np.median(amount) if n else 1.0
         u = rng.random(n)
         resp = np.zeros(n, np.int64)
-        resp[u < np.clip(0.002 * amount / med, 0, 0.2)] = 1
-        resp[(auth == 0) & (rng.random(n) < 0.003)] = 2
-        resp[online & (rng.random(n) < 0.002)] = 3
-        resp[rng.random(n) < 0.001] = 7
+        resp[u < np.clip(bh.insufficient_funds_rate * amount / med, 0, bh.insufficient_funds_cap)] = 1
+        resp[(auth == 0) & (rng.random(n) < bh.bad_pin_rate)] = 2
+        resp[online & (rng.random(n) < bh.bad_cvv_rate)] = 3
+        resp[rng.random(n) < bh.technical_error_rate] = 7
         tz = np.where(online, w.city_tz[self.home], w.city_tz[np.maximum(w.m_city[merchant], 0)])
         blocks = [dict(zip(COLS, (local - tz * 60, merchant, amount, ttype, entry, auth, device, resp,
                                   np.zeros(n, np.int64), np.full(n, -1), np.zeros(n, np.int64), tz)))]
         # legit $0 verifications before some online purchases at non-favourite merchants
-        ver = online & ~favourite & (rng.random(n) < 0.04 * d)
+        ver = online & ~favourite & (rng.random(n) < bh.verification_share * d)
         if ver.any():
-            b = {c: v[ver].copy() for c, v in blocks[0].items()}
-            b["t"] -= rng.integers(1, 60, ver.sum())
-            b["amount"][:] = 0.0
-            b["txn_type"][:] = 3
-            b["response"][:] = 0
-            blocks.append(b)
+            v_block = {c: v[ver].copy() for c, v in blocks[0].items()}
+            v_block["t"] -= rng.integers(1, 60, ver.sum())
+            v_block["amount"][:] = 0.0
+            v_block["txn_type"][:] = 3
+            v_block["response"][:] = 0
+            blocks.append(v_block)
         # refunds of retail purchases, 1-14 days later
-        ref = np.isin(MCC[mi], REFUND_MCCS) & (rng.random(n) < 0.005)
+        ref = np.isin(MCC[mi], REFUND_MCCS) & (rng.random(n) < bh.refund_share)
         if ref.any():
-            b = {c: v[ref].copy() for c, v in blocks[0].items()}
-            b["t"] += rng.integers(1, 15, ref.sum()) * 86400
-            b["amount"] = -b["amount"]
-            b["txn_type"][:] = 1
-            b["response"][:] = 0
-            blocks.append(b)
+            r_block = {c: v[ref].copy() for c, v in blocks[0].items()}
+            r_block["t"] += rng.integers(*bh.refund_days, ref.sum()) * 86400
+            r_block["amount"] = -r_block["amount"]
+            r_block["txn_type"][:] = 1
+            r_block["response"][:] = 0
+            blocks.append(r_block)
         # subscriptions: fixed amount and day of month, entry mode `recurring`
-        for _ in range(int(rng.integers(2, 6))):
+        for _ in range(int(rng.integers(*bh.subscriptions))):
             m = int(rng.choice(np.flatnonzero(MCC_RECUR)))
             pool = w.online.get(m, np.zeros(0, int))
             if not len(pool):
@@ -371,22 +509,24 @@ class _Customer:
             k = len(sub_days)
             amt = round(float(rng.lognormal(np.log(MCC_MED[m]), MCC_SIG[m])), 2)
             tz0 = int(w.city_tz[self.home])
-            blocks.append(_block(k, t=sub_days * 86400 + rng.integers(3, 9, k) * 3600 - tz0 * 60, merchant=merch,
+            blocks.append(txn_block(k, t=sub_days * 86400 + rng.integers(3, 9, k) * 3600 - tz0 * 60, merchant=merch,
                                  amount=amt, entry=5, auth=5, tz=tz0))
         return _concat(blocks)
 
 
 def account_takeover_block(rng: np.random.Generator, w: World, mcc_w: np.ndarray, amounts: np.ndarray,
-                           difficulty: float, tz: int, device: int, start_range: tuple[int, int]) -> dict:
-    """An account-takeover case: 2-6 online purchases within 1-48 h from a new ``device``, starting at
-    a time drawn from ``start_range`` (seconds from the bank's start, ``[lo, hi)``); w.p.
-    ``0.5 * difficulty`` in MCCs the customer already buys online (``mcc_w``: the customer's MCC
-    weights), else in electronics / stored value / jewellery / money transfer, half of them at
-    foreign merchants; amounts = the median of the customer's positive ``amounts`` x U(1.5, 6);
-    w.p. 0.5 a $0 verification 30 s before. Returns a block of transaction columns."""
-    k = int(rng.integers(2, 7))
-    t = int(rng.integers(*start_range)) + np.sort(rng.uniform(0, rng.uniform(1, 48) * 3600, k)).astype(np.int64)
-    mimic = rng.random() < 0.5 * difficulty
+                           difficulty: float, tz: int, device: int, start_range: tuple[int, int],
+                           behaviour: BehaviourConfig = DEFAULT_BEHAVIOUR) -> dict:
+    """An account-takeover case (defaults of ``behaviour``): 2-6 online purchases within 1-48 h from a
+    new ``device``, starting at a time drawn from ``start_range`` (seconds from the bank's start,
+    ``[lo, hi)``); w.p. ``0.5 * difficulty`` in MCCs the customer already buys online (``mcc_w``: the
+    customer's MCC weights), else in electronics / stored value / jewellery / money transfer, half of
+    them at foreign merchants; amounts = the median of the customer's positive ``amounts`` x
+    U(1.5, 6); w.p. 0.5 a $0 verification 30 s before. Returns a block of transaction columns."""
+    bh = behaviour
+    k = int(rng.integers(*bh.ato_purchases))
+    t = int(rng.integers(*start_range)) + np.sort(rng.uniform(0, rng.uniform(*bh.ato_hours) * 3600, k)).astype(np.int64)
+    mimic = rng.random() < bh.ato_mimic_share * difficulty
     if mimic:
         own = np.flatnonzero((mcc_w > 0) & (MCC_ONLINE > 0.2))
         mccs = rng.choice(own, k) if len(own) else rng.choice([MI[m] for m in ATO_MCCS], k)
@@ -394,33 +534,37 @@ def account_takeover_block(rng: np.random.Generator, w: World, mcc_w: np.ndarray
                           if len(w.online.get(int(m), [])) else _pick(rng, w.online_foreign, 1)[0] for m in mccs])
     else:
         mccs = rng.choice([MI[m] for m in ATO_MCCS], k)
-        foreign = rng.random(k) < (0.5 if difficulty > 0 else 1.0)
+        foreign = rng.random(k) < (bh.ato_foreign_share if difficulty > 0 else 1.0)
         merch = np.array([_pick(rng, w.online_foreign, 1)[0] if f or not len(w.online.get(int(m), []))
                           else _pick(rng, w.online[int(m)], 1)[0] for m, f in zip(mccs, foreign)])
     med = np.median(amounts[amounts > 0]) if (amounts > 0).any() else 40.0
-    amount = np.round(med * rng.uniform(1.5, 6, k), 2)
-    b = _block(k, t=t, merchant=merch, amount=amount, entry=4, auth=rng.choice([5, 3], k), device=device, tz=tz)
-    if rng.random() < 0.5:
-        b = _concat([_block(1, t=t[0] - 30, merchant=merch[0], amount=0.0, txn_type=3, entry=4, auth=5,
+    amount = np.round(med * rng.uniform(*bh.ato_amount_factor, k), 2)
+    b = txn_block(k, t=t, merchant=merch, amount=amount, entry=4, auth=rng.choice([5, 3], k), device=device, tz=tz)
+    if rng.random() < bh.ato_verification_share:
+        b = _concat([txn_block(1, t=t[0] - 30, merchant=merch[0], amount=0.0, txn_type=3, entry=4, auth=5,
                             device=device, tz=tz), b])
     return b
 
 
 def lost_stolen_block(rng: np.random.Generator, w: World, home_city: int, difficulty: float, tz: int,
-                      start_range: tuple[int, int]) -> dict:
-    """A lost/stolen-card spree: 4-12 contactless no-CVM purchases of $60-99.90 (difficulty 0:
-    $95-99.90) within 1-6 h at merchants of ``home_city`` in grocery / liquor / fuel / fast-food /
-    misc MCCs, starting at a time drawn from ``start_range``. Returns a block of transaction columns."""
-    k = int(rng.integers(4, 13))
-    t = int(rng.integers(*start_range)) + np.sort(rng.uniform(0, rng.uniform(1, 6) * 3600, k)).astype(np.int64)
+                      start_range: tuple[int, int], behaviour: BehaviourConfig = DEFAULT_BEHAVIOUR) -> dict:
+    """A lost/stolen-card spree (defaults of ``behaviour``): 4-12 contactless no-CVM purchases of
+    $60-99.90 (difficulty 0: $95-99.90) within 1-6 h at merchants of ``home_city`` in grocery /
+    liquor / fuel / fast-food / misc MCCs, starting at a time drawn from ``start_range``. Returns a
+    block of transaction columns."""
+    bh = behaviour
+    k = int(rng.integers(*bh.ls_purchases))
+    t = int(rng.integers(*start_range)) + np.sort(rng.uniform(0, rng.uniform(*bh.ls_hours) * 3600, k)).astype(np.int64)
     mccs = rng.choice([MI[x] for x in LS_MCCS], k)
     merch = np.array([_pick(rng, w.phys.get((home_city, int(mm)), w.phys_mcc[int(mm)]), 1)[0] for mm in mccs])
-    lo = 60.0 if difficulty > 0 else 95.0
-    return _block(k, t=t, merchant=merch, amount=np.round(rng.uniform(lo, 99.9, k), 2), entry=1, auth=2, tz=tz)
+    lo, hi = bh.ls_amount if difficulty > 0 else bh.ls_amount_easy
+    return txn_block(k, t=t, merchant=merch, amount=np.round(rng.uniform(lo, hi, k), 2), entry=1, auth=2, tz=tz)
 
 
-def _label_delay(rng, n: int) -> np.ndarray:
-    return np.clip(rng.lognormal(np.log(10.0), 0.6, n), 1, 60) * 86400
+def _label_delay(rng, n: int, behaviour: BehaviourConfig) -> np.ndarray:
+    """Seconds from a case's end to its label, one per case."""
+    lo, hi = behaviour.label_delay_days
+    return np.clip(rng.lognormal(np.log(behaviour.label_delay_median_days), behaviour.label_delay_sigma, n), lo, hi) * 86400
 
 
 def _customer_history(idx: int, cfg: SynthConfig, world: World, ct_events: list[dict], seed_seq) -> tuple:
@@ -430,7 +574,7 @@ def _customer_history(idx: int, cfg: SynthConfig, world: World, ct_events: list[
     start = pd.Timestamp(cfg.start, tz="UTC")
     days = pd.date_range(start, periods=cfg.n_days, freq="D")
     hist = cust.legit(start.weekday(), days.day.to_numpy())
-    d, w = cfg.difficulty, world
+    d, w, bh = cfg.difficulty, world, cfg.behaviour
     period = cfg.n_days * 86400
     lam = {p: cfg.pattern_mix.get(p, 0) * cfg.target_fraud_rate * cust.expected / CASE_SIZE[p] for p in PATTERNS}
     blocks, cases = [hist], []
@@ -446,40 +590,42 @@ def _customer_history(idx: int, cfg: SynthConfig, world: World, ct_events: list[
 
     # account takeover
     for _ in range(rng.poisson(lam["account_takeover"])):
-        b = account_takeover_block(rng, w, cust.mcc_w, hist["amount"], d, tz0, 10_000 + len(cases), (0, period))
+        b = account_takeover_block(rng, w, cust.mcc_w, hist["amount"], d, tz0, 10_000 + len(cases), (0, period), bh)
         case_row("account_takeover", b)
     # counterfeit after a compromise: exposure at a compromised fuel/ATM merchant, later a swipe spree far away
     for _ in range(rng.poisson(lam["counterfeit_after_compromise"]) if len(w.compromised) else 0):
         m, s, e = w.compromised[int(rng.integers(len(w.compromised)))]
         t_exp = int(rng.integers(s * 86400, e * 86400))
         tz_m = int(w.city_tz[w.m_city[m]])
-        expo = _block(1, t=t_exp, merchant=m, amount=round(float(rng.lognormal(np.log(MCC_MED[w.m_mcc[m]]), .3)), 2),
-                      entry=0, auth=0, tz=tz_m, txn_type=2 if w.m_mcc[m] == MI[6011] else 0)
+        amt = round(float(rng.lognormal(np.log(MCC_MED[w.m_mcc[m]]), bh.cf_exposure_sigma)), 2)
+        expo = txn_block(1, t=t_exp, merchant=m, amount=amt,
+                         entry=0, auth=0, tz=tz_m, txn_type=2 if w.m_mcc[m] == MI[6011] else 0)
         blocks.append(expo)
-        k = int(rng.integers(2, 9))
-        t0 = t_exp + int(rng.integers(3, 31)) * 86400
-        t = t0 + np.sort(rng.uniform(0, rng.uniform(1, 3) * 86400, k)).astype(np.int64)
+        k = int(rng.integers(*bh.cf_purchases))
+        t0 = t_exp + int(rng.integers(*bh.cf_delay_days)) * 86400
+        t = t0 + np.sort(rng.uniform(0, rng.uniform(*bh.cf_spread_days) * 86400, k)).astype(np.int64)
         dist = np.hypot(home_lat - w.city_lat[cust.home], (home_lon - w.city_lon[cust.home]) * 0.8) * KM_PER_DEG
-        far = np.flatnonzero(dist > 300)
-        city = int(rng.integers(w.n_home, len(w.city_lat))) if (rng.random() < 0.5 or not len(far)) else int(rng.choice(far))
+        far = np.flatnonzero(dist > bh.cf_far_km)
+        abroad = rng.random() < bh.cf_abroad_share or not len(far)
+        city = int(rng.integers(w.n_home, len(w.city_lat))) if abroad else int(rng.choice(far))
         mccs = rng.choice([MI[x] for x in CF_MCCS], k)
         merch = np.array([_pick(rng, w.phys.get((city, int(mm)), w.phys_mcc[int(mm)]), 1)[0] for mm in mccs])
-        mult = rng.uniform(1, 4, k) if d > 0 else rng.uniform(4, 8, k)
+        mult = rng.uniform(*(bh.cf_amount_factor if d > 0 else bh.cf_amount_factor_easy), k)
         atm = mccs == MI[6011]
-        resp = np.where(atm & (rng.random(k) < 0.3), 2, 0)
-        b = _block(k, t=t, merchant=merch, amount=np.round(MCC_MED[mccs] * mult, 2), entry=2,
+        resp = np.where(atm & (rng.random(k) < bh.cf_atm_bad_pin_share), 2, 0)
+        b = txn_block(k, t=t, merchant=merch, amount=np.round(MCC_MED[mccs] * mult, 2), entry=2,
                    auth=np.where(atm, 0, 1), response=resp, txn_type=np.where(atm, 2, 0), tz=int(w.city_tz[city]))
         case_row("counterfeit_after_compromise", b, extra=int(m))
     # lost or stolen card: a contactless spree just under the CVM limit, then a new card
     card_changes = []
     for _ in range(rng.poisson(lam["lost_stolen"])):
-        b = lost_stolen_block(rng, w, cust.home, d, tz0, (0, period))
+        b = lost_stolen_block(rng, w, cust.home, d, tz0, (0, period), bh)
         t = b["t"]
         case_row("lost_stolen", b)
-        card_changes.append((int(t[-1]), int(t[-1] + rng.uniform(1, 3) * 86400)))
+        card_changes.append((int(t[-1]), int(t[-1] + rng.uniform(*bh.ls_new_card_days) * 86400)))
     # card testing (drawn at campaign level)
     for ev in ct_events:
-        b = _block(len(ev["t"]), t=ev["t"], merchant=ev["merchant"], amount=ev["amount"], txn_type=ev["txn_type"],
+        b = txn_block(len(ev["t"]), t=ev["t"], merchant=ev["merchant"], amount=ev["amount"], txn_type=ev["txn_type"],
                    entry=4, auth=ev["auth"], device=ev["device"], response=ev["response"], tz=tz0)
         case_row("card_testing", b)
     out = _concat(blocks)
@@ -493,7 +639,7 @@ def _customer_history(idx: int, cfg: SynthConfig, world: World, ct_events: list[
     profile = {"customer_id": f"C{idx:06d}", "home_lat": cust.home_lat, "home_lon": cust.home_lon,
                "home_city": f"city_{cust.home:02d}", "home_country": "US", "archetype": cust.arch,
                "income_band": cust.income_band}
-    delays = _label_delay(rng, len(cases))
+    delays = _label_delay(rng, len(cases), bh)
     for c, dl in zip(cases, delays):
         c["label_delay"] = float(dl)
     return out, profile, cases
@@ -508,41 +654,43 @@ def _card_testing(cfg: SynthConfig, world: World, rng: np.random.Generator) -> d
     n_victims = min(cfg.n_customers * 3, int(rng.poisson(total / CASE_SIZE["card_testing"]))) if total > 0 else 0
     sizes = []
     while sum(sizes) < n_victims:
-        sizes.append(min(int(rng.integers(5, 41)), n_victims - sum(sizes), cfg.n_customers))
+        sizes.append(min(int(rng.integers(*cfg.behaviour.ct_victims)), n_victims - sum(sizes), cfg.n_customers))
     pool = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in CT_MCCS])
     cashout = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in (5732, 6540, 5944)])
     events: dict[int, list[dict]] = {}
     d = cfg.difficulty
     for c, size in enumerate(sizes):
-        merchants = _pick(rng, pool, int(rng.integers(1, 3)))
+        merchants = _pick(rng, pool, int(rng.integers(*cfg.behaviour.ct_merchants)))
         t0 = int(rng.integers(0, cfg.n_days * 86400))
         victims = rng.choice(cfg.n_customers, size, replace=False)
         for v in victims:
-            events.setdefault(int(v), []).append(card_testing_attempts(rng, merchants, cashout, t0, 20_000 + c, d))
+            events.setdefault(int(v), []).append(card_testing_attempts(rng, merchants, cashout, t0, 20_000 + c, d,
+                                                                       cfg.behaviour))
     return events
 
 
 def card_testing_attempts(rng: np.random.Generator, merchants: np.ndarray, cashout: np.ndarray, t0: int, device: int,
-                          difficulty: float) -> dict:
-    """One victim's card-testing attempts: 3-20 tries at ``merchants`` from ``device``, 5 s-10 min
-    apart, starting within 2 h of ``t0`` (seconds from the bank's start); $0 verifications or
-    $0.50-12 charges, 40% declined; when any went through, w.p. 0.6 one to three cash-out purchases
-    ($200-1,500 at ``cashout`` merchants) 10 min-24 h later. Returns the event columns ``t``,
-    ``merchant``, ``amount``, ``txn_type``, ``auth``, ``device``, ``response``."""
-    k = int(rng.integers(3, 21))
-    t = t0 + int(rng.integers(0, 7200)) + np.cumsum(rng.integers(5, 600, k))
-    zero = rng.random(k) < 0.5
-    hi = 12.0 if difficulty > 0 else 2.0
-    amount = np.where(zero, 0.0, np.round(rng.uniform(0.5, hi, k), 2))
-    declined = rng.random(k) < 0.4
-    resp = np.where(declined, rng.choice([3, 4, 5], k, p=[.5, .25, .25]), 0)
+                          difficulty: float, behaviour: BehaviourConfig = DEFAULT_BEHAVIOUR) -> dict:
+    """One victim's card-testing attempts (defaults of ``behaviour``): 3-20 tries at ``merchants``
+    from ``device``, 5 s-10 min apart, starting within 2 h of ``t0`` (seconds from the bank's start);
+    $0 verifications or $0.50-12 charges, 40% declined; when any went through, w.p. 0.6 one to three
+    cash-out purchases ($200-1,500 at ``cashout`` merchants) 10 min-24 h later. Returns the event
+    columns ``t``, ``merchant``, ``amount``, ``txn_type``, ``auth``, ``device``, ``response``."""
+    bh = behaviour
+    k = int(rng.integers(*bh.ct_attempts))
+    t = t0 + int(rng.integers(0, bh.ct_start_s)) + np.cumsum(rng.integers(*bh.ct_gap_s, k))
+    zero = rng.random(k) < bh.ct_zero_share
+    lo, hi = bh.ct_amount if difficulty > 0 else bh.ct_amount_easy
+    amount = np.where(zero, 0.0, np.round(rng.uniform(lo, hi, k), 2))
+    declined = rng.random(k) < bh.ct_decline_share
+    resp = np.where(declined, rng.choice([3, 4, 5], k, p=list(bh.ct_decline_mix)), 0)
     ev = {"t": t, "merchant": _pick(rng, merchants, k), "amount": amount, "txn_type": np.where(zero, 3, 0),
           "auth": np.full(k, 5), "device": np.full(k, device), "response": resp}
-    if (~declined).any() and rng.random() < 0.6 and len(cashout):
-        j = int(rng.integers(1, 4))
-        tc = t[-1] + int(rng.integers(600, 86400)) + np.cumsum(rng.integers(60, 3600, j))
+    if (~declined).any() and rng.random() < bh.ct_cashout_share and len(cashout):
+        j = int(rng.integers(*bh.ct_cashouts))
+        tc = t[-1] + int(rng.integers(*bh.ct_cashout_delay_s)) + np.cumsum(rng.integers(*bh.ct_cashout_gap_s, j))
         ev = {"t": np.r_[t, tc], "merchant": np.r_[ev["merchant"], _pick(rng, cashout, j)],
-              "amount": np.r_[amount, np.round(rng.uniform(200, 1500, j), 2)],
+              "amount": np.r_[amount, np.round(rng.uniform(*bh.ct_cashout_amount, j), 2)],
               "txn_type": np.r_[ev["txn_type"], np.zeros(j, int)], "auth": np.r_[ev["auth"], np.full(j, 3)],
               "device": np.r_[ev["device"], np.full(j, device)], "response": np.r_[resp, np.zeros(j, int)]}
     return ev
@@ -683,87 +831,3 @@ def _merchant_table(w: World, start) -> pd.DataFrame:
         "compromised_from": pd.Series(start + pd.to_timedelta(np.nan_to_num(comp_from), unit="s")).where(has),
         "compromised_to": pd.Series(start + pd.to_timedelta(np.nan_to_num(comp_to), unit="s")).where(has),
     })
-
-
-# -- export and load ---------------------------------------------------------------------------------
-LABEL_COLS = ("is_fraud", "fraud_type", "fraud_case_id", "label_available_at")
-
-
-def _csv(df: pd.DataFrame, path: Path) -> None:
-    out = df.copy()
-    for col in out.columns:
-        if isinstance(out[col].dtype, pd.DatetimeTZDtype):
-            out[col] = out[col].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-    if "amount" in out:
-        out["amount"] = out["amount"].map(lambda v: f"{v:.2f}")
-    out.to_csv(path, index=False, lineterminator="\n")
-
-
-def export(data: SynthData, out: str | Path, fmt: str = "parquet", labels_separate: bool = False,
-           cfg: SynthConfig | None = None) -> dict:
-    """Write the bank (``transactions``, ``customers``, ``merchants``, ``fraud_cases``, optional
-    ``labels.csv``) and ``manifest.json`` (config, row counts, fraud rate per pattern, SHA-256s)."""
-    if fmt not in ("parquet", "csv"):
-        raise ValueError(f"format must be 'parquet' or 'csv', got {fmt!r}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tables = {"transactions": data.transactions, "customers": data.customers, "merchants": data.merchants,
-              "fraud_cases": data.fraud_cases}
-    if labels_separate:
-        tables["transactions"] = data.transactions.drop(columns=list(LABEL_COLS))
-    files = {}
-    for name, df in tables.items():
-        path = out / f"{name}.{fmt}"
-        if fmt == "csv":
-            _csv(df, path)
-        else:
-            df.to_parquet(path, index=False)
-        files[path.name] = path
-    if labels_separate:
-        path = out / "labels.csv"
-        _csv(data.transactions[["transaction_id", *LABEL_COLS]], path)
-        files[path.name] = path
-    tx = data.transactions
-    from .. import __version__
-
-    manifest = {
-        "config": asdict(cfg) if cfg is not None else None, "package_version": __version__,
-        "rows": {k: len(v) for k, v in tables.items()},
-        "fraud_rate": float(tx["is_fraud"].mean()) if len(tx) else 0.0,
-        "fraud_rate_by_pattern": {p: float((tx["fraud_type"] == p).mean()) for p in PATTERNS},
-        "sha256": {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in files.items()},
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return manifest
-
-
-def load_bank(folder: str | Path) -> SynthData:
-    """Read a folder written by :func:`export` (Parquet or CSV; labels merged back when separate)."""
-    folder = Path(folder)
-
-    def read(name: str, required: bool = True):
-        for ext in ("parquet", "csv"):
-            p = folder / f"{name}.{ext}"
-            if p.is_file():
-                df = pd.read_parquet(p) if ext == "parquet" else pd.read_csv(p, keep_default_na=True, dtype={
-                    "transaction_id": str, "customer_id": str, "merchant_id": str, "device_id": str, "card_id": str})
-                for col, dt in (("tz_offset_min", np.int16), ("is_fraud", np.int8)):
-                    if col in df:
-                        df[col] = df[col].astype(dt)
-                for col in ("timestamp", "label_available_at", "start", "end", "compromised_from", "compromised_to"):
-                    if col in df:
-                        df[col] = pd.to_datetime(df[col], utc=True).astype("datetime64[us, UTC]")
-                return df
-        if required:
-            raise FileNotFoundError(f"{folder} has no {name}.parquet or {name}.csv; generate one with"
-                                    " `slmlab transactions generate --out DIR`")
-        return None
-
-    tx = read("transactions")
-    labels = folder / "labels.csv"
-    if labels.is_file() and "is_fraud" not in tx:
-        lab = pd.read_csv(labels, dtype={"transaction_id": str})
-        lab["label_available_at"] = pd.to_datetime(lab["label_available_at"], utc=True).astype("datetime64[us, UTC]")
-        lab["is_fraud"] = lab["is_fraud"].astype(np.int8)
-        tx = tx.merge(lab, on="transaction_id", how="left")
-    return SynthData(tx, read("customers", False), read("merchants", False), read("fraud_cases", False))

@@ -12,7 +12,7 @@ Inputs per transaction ``t`` (one backbone pass per streaming window, :func:`sco
   PCA (scikit-learn) is fitted on the training-period rows only, so test rows never shape the
   projection.
 
-The booster is the HGB-rolling baseline's own code (:func:`evaluate.hgb_scores`: the same features,
+The booster is the HGB-rolling baseline's own code (:func:`baseline.hgb_scores`: the same features,
 hyper-parameters and validation-PR-AUC iteration choice) with these 17 columns appended. Where the
 booster is fitted is a table entry, chosen once:
 
@@ -31,8 +31,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._deps import pd
-from .data import Bank
+from .._deps import pd
+from ..data.bank import Bank
+from .baseline import hgb_scores, hgb_split
 
 PCA_COMPONENTS = 16
 
@@ -77,7 +78,7 @@ def training_period_rows(bank: Bank) -> np.ndarray:
 def validation_time_split(bank: Bank, fit_share: float = 0.5):
     """Fit rows: the first ``fit_share`` of the validation period's days; selection rows: the rest; labels
     known by the start of the test period (as the baseline's selection labels). Same return shape as
-    :func:`evaluate.hgb_split`: ``(fit_rows, y_fit, select_rows, y_select)``."""
+    :func:`baseline.hgb_split`: ``(fit_rows, y_fit, select_rows, y_select)``."""
     start, end = bank.cuts["val_start"], bank.cuts["val_end"]
     mid = start + (end - start) * fit_share
     y = bank.labels(bank.cuts["test_start"])
@@ -86,13 +87,7 @@ def validation_time_split(bank: Bank, fit_share: float = 0.5):
     return fit, y[fit], sel, y[sel]
 
 
-def _train_split(bank: Bank):
-    from .evaluate import hgb_split
-
-    return hgb_split(bank)
-
-
-STACK_FITS: dict[str, Callable] = {"stacked": _train_split, "stacked_val": validation_time_split}
+STACK_FITS: dict[str, Callable] = {"stacked": hgb_split, "stacked_val": validation_time_split}
 
 
 def stacked_scores(bank: Bank, seq_scores: np.ndarray, emb: np.ndarray,
@@ -104,8 +99,6 @@ def stacked_scores(bank: Bank, seq_scores: np.ndarray, emb: np.ndarray,
         seq_scores: ``[N]`` streaming fraud scores of every row (:func:`score.score_embed_bank`).
         emb: ``[N, d]`` customer embeddings before each row (same function).
     """
-    from .evaluate import hgb_scores
-
     if len(seq_scores) != len(bank.df) or len(emb) != len(bank.df):
         raise ValueError(f"scores and embeddings must have one row per bank row ({len(bank.df)}), got"
                          f" {len(seq_scores)} and {len(emb)}; score the whole bank with score_embed_bank")

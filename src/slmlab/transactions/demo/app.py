@@ -1,5 +1,5 @@
 """The Gradio Blocks wiring of the demo: a customer picker above six tabs, each calling a function of
-:mod:`slmlab.transactions.demo` (where all the logic lives and is tested).
+:mod:`slmlab.transactions.demo.tabs` (where all the logic lives and is tested).
 
 Offline by construction: ``GRADIO_ANALYTICS_ENABLED=False`` is set before Gradio is imported (no
 usage reports, no version check), no share link is ever created, server-side rendering (which
@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 import socket
 
-from .demo import (
-    SPREES,
-    DemoState,
+from .state import SPREES, DemoState
+from .tabs import (
     baselines_view,
     data_view,
     inject_spree,
@@ -27,7 +26,6 @@ from .demo import (
 
 SYSTEM_FONTS = ["ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"]
 SYSTEM_MONO = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
-TABS = ("data", "next", "scoring", "similarity", "baselines", "model")
 
 
 def check_port(host: str, port: int) -> None:

@@ -10,9 +10,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._deps import pd
-from .data import Bank
-from .windows import Windows, build_windows
+from .._deps import pd
+from ..data.bank import Bank
+from ..data.windows import Windows, build_windows
+from ..heads.customer import CustomerEmbeddingHead, summary_states
+
+
+def _progress(windows: Windows, batch_size: int, device, progress: bool, desc: str):
+    """``windows.batches(batch_size, device)``, with a progress bar when ``progress``."""
+    batches = windows.batches(batch_size, device)
+    if not progress:
+        return batches
+    from tqdm.auto import tqdm
+
+    return tqdm(batches, total=windows.num_batches(batch_size), desc=desc, unit="batch")
 
 
 @torch.no_grad()
@@ -21,19 +32,10 @@ def score_windows(model, windows: Windows, batch_size: int = 64, device: torch.d
     """``(rows, scores)``: the fraud probability of each scored row of ``windows`` (each row once)."""
     model.eval()
     rows_out, scores_out = [], []
-    T = windows.ids.shape[1]
-    pos = np.arange(T)
-    starts = range(0, len(windows), batch_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        starts = tqdm(starts, desc="scoring", unit="batch")
-    for s in starts:
-        ids = torch.from_numpy(windows.ids[s:s + batch_size]).to(device)
-        mask = torch.from_numpy(windows.txn_mask[s:s + batch_size]).to(device)
-        prob = torch.sigmoid(model(input_ids=ids, attention_mask=mask).logits.float()).cpu().numpy()
-        keep = (pos[None, :] >= windows.score_from[s:s + batch_size, None]) & windows.txn_mask[s:s + batch_size]
-        rows_out.append(windows.rows[s:s + batch_size][keep])
+    for batch in _progress(windows, batch_size, device, progress, "scoring"):
+        prob = torch.sigmoid(model(input_ids=batch.ids, attention_mask=batch.txn_mask).logits.float()).cpu().numpy()
+        keep = batch.scored
+        rows_out.append(batch.rows[keep])
         scores_out.append(prob[keep])
     if not rows_out:
         return np.zeros(0, np.int64), np.zeros(0)
@@ -91,21 +93,17 @@ class PrefixEmbedding(torch.nn.Module):
     states of the earlier real rows only (:func:`prefix_mean`), then projects and L2-normalises. The
     projection is chosen once here: a model holding a trained ``CustomerEmbeddingHead`` (as
     ``customer_head``) uses its ``Linear(D, dim)``; any other model the identity (``dim = D``, the masked
-    mean itself, as :func:`slmlab.transactions.customer.embed_windows` does without a trained head).
+    mean itself, as :func:`slmlab.transactions.heads.customer.embed_windows` does without a trained head).
     """
 
     def __init__(self, model) -> None:
         super().__init__()
-        from .customer import CustomerEmbeddingHead
-
         head = getattr(model, "customer_head", None)
         self.proj = head.proj if isinstance(head, CustomerEmbeddingHead) else torch.nn.Identity()
 
     def forward(self, hidden: torch.Tensor, txn_mask: torch.Tensor, num_features: int) -> torch.Tensor:
         """``hidden [B, T*F, D]``, ``txn_mask [B, T]`` -> unit vectors ``[B, T, dim]`` (zero vectors for a
         window's first real row under the identity projection)."""
-        from .customer import summary_states
-
         pooled = prefix_mean(summary_states(hidden, num_features), txn_mask)
         return torch.nn.functional.normalize(self.proj(pooled), dim=-1)
 
@@ -121,20 +119,13 @@ def score_embed_windows(model, windows: Windows, batch_size: int = 64, device: t
     embed = PrefixEmbedding(model)
     F = windows.ids.shape[2]
     rows_out, scores_out, emb_out = [], [], []
-    pos = np.arange(windows.ids.shape[1])
-    starts = range(0, len(windows), batch_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        starts = tqdm(starts, desc="scoring + embedding", unit="batch")
-    for s in starts:
-        ids = torch.from_numpy(windows.ids[s:s + batch_size]).to(device)
-        mask = torch.from_numpy(windows.txn_mask[s:s + batch_size]).to(device)
+    for batch in _progress(windows, batch_size, device, progress, "scoring + embedding"):
+        ids, mask = batch.ids, batch.txn_mask
         hidden = model.encoder.backbone_forward(ids, mask)
         prob = torch.sigmoid(model.fraud_head(hidden, ids, mask).float()).cpu().numpy()
         emb = embed(hidden, mask, F).float().cpu().numpy()
-        keep = (pos[None, :] >= windows.score_from[s:s + batch_size, None]) & windows.txn_mask[s:s + batch_size]
-        rows_out.append(windows.rows[s:s + batch_size][keep])
+        keep = batch.scored
+        rows_out.append(batch.rows[keep])
         scores_out.append(prob[keep])
         emb_out.append(emb[keep])
     if not rows_out:

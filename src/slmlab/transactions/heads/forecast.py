@@ -14,6 +14,8 @@ the target at row ``t+1``, add-one smoothed counts of the feature over the windo
 amount's point forecast is the median bucket of each predicted distribution (PAD/MASK left out), the
 minimiser of the expected absolute error: amount buckets are quantile bins, so the target is close
 to uniform over ~60 buckets and the argmax of a spread-out forecast often sits at an extreme.
+
+Training data (:func:`training_windows`): every window ending in train / validation (no labels needed).
 """
 
 from __future__ import annotations
@@ -25,12 +27,25 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
+from ..data.bank import Bank
+from ..data.schema import MASK, PAD
+from ..data.windows import WindowOptions, Windows
+from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
 from .customer import summary_states
-from .model import TransactionEncoder, TxnEncoderConfig, TxnHeadModel, txn_mask_from
-from .schema import MASK, PAD
 
 FORECAST_FEATURES = ("mcc", "amount", "delta_t")
 AMOUNT = "amount"
+
+
+class NextTransactionConfig(TxnHeadConfig):
+    """Config of :class:`NextTransactionModel`: the encoder's fields (the forecast head has no options
+    of its own; its targets are :data:`FORECAST_FEATURES`)."""
+
+    model_type = "slmlab_txn_forecast"
+    HEAD_FIELDS = ()
+
+    def __init__(self, **kwargs) -> None:  # (an own __init__: transformers wraps configs that lack one)
+        super().__init__(**kwargs)
 
 
 def forecast_targets(ids: torch.Tensor, txn_mask: torch.Tensor, feature_index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,8 +88,11 @@ class NextTransactionModel(TxnHeadModel):
     mcc / amount / delta_t. ``forward(input_ids [B,T,F], attention_mask, labels)``: ``labels`` are the
     ids again (any value turns the loss on; targets come from ``input_ids``)."""
 
+    config_class = NextTransactionConfig
+
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
+        config = self.config
         self.encoder = TransactionEncoder(config)
         schema = config.schema_config
         self.target_index = {name: schema.index(name) for name in FORECAST_FEATURES}
@@ -170,17 +188,26 @@ def forecast_metrics(logits: dict[str, torch.Tensor], ids: torch.Tensor, txn_mas
     return finish_forecast_metrics(forecast_sums(logits, ids, txn_mask, target_index))
 
 
+def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -> tuple[dict[str, Windows], dict]:
+    """The forecast head's ``train`` / ``validation`` windows (stride ``T // 2``, no labels needed)."""
+    return {split: bank.windows(T, T // 2, split) for split in ("train", "validation")}, {}
+
+
 @torch.no_grad()
-def forecast_eval(model: NextTransactionModel, windows, batch_size: int = 64) -> dict[str, float]:
-    """:func:`forecast_metrics` of ``model`` over ``windows`` (a :class:`~slmlab.transactions.windows.Windows`)."""
+def forecast_eval(model: NextTransactionModel, windows: Windows, batch_size: int = 64) -> dict[str, float]:
+    """:func:`forecast_metrics` of ``model`` over ``windows`` (a :class:`~slmlab.transactions.data.windows.Windows`)."""
     device = next(model.parameters()).device
     was = model.training
     model.eval()
     sums: dict[str, float] = {}
-    for s in range(0, len(windows), batch_size):
-        ids = torch.from_numpy(windows.ids[s:s + batch_size]).to(device)
-        mask = torch.from_numpy(windows.txn_mask[s:s + batch_size]).to(device)
-        out = model(input_ids=ids, attention_mask=mask)
-        sums = add_sums(sums, forecast_sums(out.logits, ids, mask, model.target_index))
+    for batch in windows.batches(batch_size, device):
+        out = model(input_ids=batch.ids, attention_mask=batch.txn_mask)
+        sums = add_sums(sums, forecast_sums(out.logits, batch.ids, batch.txn_mask, model.target_index))
     model.train(was)
     return finish_forecast_metrics(sums)
+
+
+def forecast_labels(ids: torch.Tensor, txn_mask: torch.Tensor, row_labels: torch.Tensor,
+                    config: NextTransactionConfig | None = None) -> torch.Tensor:
+    """Batch labels of the forecast head: the ids again (targets come from them; see the model)."""
+    return ids.clone()

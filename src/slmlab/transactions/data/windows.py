@@ -1,0 +1,245 @@
+"""Windows of ``T`` transactions over each customer's history, newest transaction at ``t = T - 1``.
+
+Windows end at the customer's newest transaction and step back by ``stride``; a history shorter than
+a window is left-padded with all-PAD rows. With ``stride = T // 2`` every transaction is the newest
+``stride`` rows of exactly one window (the oldest window: of its whole tail), which is what the
+streaming scorer relies on (``score_from``).
+
+:meth:`Windows.batches` is the one loop over a stack of windows in order (evaluation, scoring,
+embedding); :class:`TransactionWindows` is the shuffled stream the harness's ``Trainer`` reads, its
+labels made by the head being trained (a :data:`LabelFn`); :func:`balance_windows` is the
+training-window selection of the fraud heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from ...data.sources import DataSource
+from .schema import PAD
+
+# A head's batch labels from a batch of windows: ``(ids [B, T, F], txn_mask [B, T], row labels [B, T]
+# int64, -1 = unknown) -> labels`` (the ``labels`` the model's ``forward`` takes).
+LabelFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class WindowBatch:
+    """One batch of :meth:`Windows.batches`: windows ``start .. start + len - 1`` of the stack.
+
+    Attributes:
+        ids: int64 ``[b, T, F]`` on the batch's device (``[b, 2, T, F]`` for pair windows).
+        txn_mask: bool ``[b, T]`` on the device.
+        labels: int64 ``[b, T]`` on the device (-1 on padded rows or unknown labels).
+        host: the same windows as numpy arrays (views into the stack), for ``rows`` and ``score_from``.
+        start: index of the batch's first window in the stack.
+    """
+
+    ids: torch.Tensor
+    txn_mask: torch.Tensor
+    labels: torch.Tensor
+    host: Windows
+    start: int
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """int64 ``[b, T]``: row index into the customer-grouped table (-1 = padding)."""
+        return self.host.rows
+
+    @property
+    def scored(self) -> np.ndarray:
+        """Bool ``[b, T]``: the positions this batch scores in streaming inference (real rows at
+        ``t >= score_from``; see :class:`Windows`)."""
+        pos = np.arange(self.host.txn_mask.shape[-1])
+        return (pos[None, :] >= self.host.score_from[:, None]) & self.host.txn_mask
+
+
+@dataclass
+class Windows:
+    """A stack of windows.
+
+    Attributes:
+        ids: int64 ``[B, T, F]`` (padded rows all PAD).
+        txn_mask: bool ``[B, T]`` (True = real transaction).
+        labels: int8 ``[B, T]`` (-1 on padded rows or when no labels were given).
+        rows: int64 ``[B, T]``: the row index into the customer-grouped table (-1 = padding).
+        score_from: int64 ``[B]``: positions ``t >= score_from`` are the ones this window scores in
+            streaming inference (each transaction exactly once).
+
+    Pair windows (two windows per entry, :func:`~slmlab.transactions.heads.customer.window_pairs`)
+    carry a pair axis after the first: ``ids [B, 2, T, F]`` and so on.
+    """
+
+    ids: np.ndarray
+    txn_mask: np.ndarray
+    labels: np.ndarray
+    rows: np.ndarray
+    score_from: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, idx: np.ndarray) -> Windows:
+        """The windows at ``idx`` (an index array, repeats allowed; or a boolean mask), in that order."""
+        return Windows(*(getattr(self, f.name)[idx] for f in fields(self)))
+
+    def batches(self, batch_size: int, device: torch.device | str = "cpu") -> Iterator[WindowBatch]:
+        """Every window exactly once, in order, ``batch_size`` at a time (the last batch may be
+        smaller); ``ids``, ``txn_mask`` and ``labels`` as tensors on ``device``."""
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        for s in range(0, len(self), int(batch_size)):
+            host = Windows(*(getattr(self, f.name)[s:s + int(batch_size)] for f in fields(self)))
+            ids = torch.from_numpy(host.ids).to(device)
+            mask = torch.from_numpy(host.txn_mask).to(device)
+            labels = torch.from_numpy(host.labels.astype(np.int64)).to(device)
+            yield WindowBatch(ids, mask, labels, host, s)
+
+    def num_batches(self, batch_size: int) -> int:
+        """How many batches :meth:`batches` yields."""
+        return -(-len(self) // int(batch_size))
+
+
+def build_windows(encoded: dict[str, np.ndarray], T: int = 64, stride: int = 32,
+                  labels: dict[str, np.ndarray] | None = None, row_offsets: dict[str, int] | None = None,
+                  min_end: dict[str, int] | None = None, max_end: dict[str, int] | None = None) -> Windows:
+    """Windows over every customer of ``encoded`` (``customer -> int[n, F]``).
+
+    Args:
+        T: transactions per window; stride: step between window ends (``<= T``).
+        labels: ``customer -> int[n]`` aligned with ``encoded`` (else all -1).
+        row_offsets: ``customer -> first row`` in the grouped table (for ``rows``); default consecutive.
+        min_end / max_end: per customer, keep only windows whose end lies in ``(min_end, max_end]``
+            (e.g. the training period); the oldest kept window then scores from its first real row.
+    """
+    if not 0 < stride <= T:
+        raise ValueError(f"stride must be in [1, T={T}], got {stride}")
+    ids_out, mask_out, lab_out, row_out, score_out = [], [], [], [], []
+    offset = 0
+    for cust, ids in encoded.items():
+        n, F = ids.shape
+        start_row = row_offsets[cust] if row_offsets is not None else offset
+        offset += n
+        lab = labels[cust] if labels is not None else np.full(n, -1, np.int8)
+        lo = min_end.get(cust, 0) if min_end else 0
+        hi = max_end.get(cust, n) if max_end else n
+        ends = [e for e in range(hi, lo, -stride)][::-1] if hi > lo else []
+        for k, e in enumerate(ends):
+            s = max(0, e - T)
+            pad = T - (e - s)
+            w = np.full((T, F), PAD, np.int64)
+            w[pad:] = ids[s:e]
+            m = np.zeros(T, bool)
+            m[pad:] = True
+            lw = np.full(T, -1, np.int8)
+            lw[pad:] = lab[s:e]
+            r = np.full(T, -1, np.int64)
+            r[pad:] = np.arange(start_row + s, start_row + e)
+            ids_out.append(w)
+            mask_out.append(m)
+            lab_out.append(lw)
+            row_out.append(r)
+            first = k == 0
+            prev_end = ends[k - 1] if k else lo
+            score_out.append(pad if first and lo == 0 else T - (e - prev_end))
+    if not ids_out:
+        F = next(iter(encoded.values())).shape[1] if encoded else 0
+        return Windows(np.zeros((0, T, F), np.int64), np.zeros((0, T), bool), np.zeros((0, T), np.int8),
+                       np.zeros((0, T), np.int64), np.zeros(0, np.int64))
+    return Windows(np.stack(ids_out), np.stack(mask_out), np.stack(lab_out), np.stack(row_out),
+                   np.asarray(score_out, np.int64))
+
+
+def balance_windows(windows: Windows, keep_negative: float = 1.0, fraud_share: float = 0.0, seed: int = 0) -> Windows:
+    """Training windows rebalanced for a fraud head.
+
+    ``keep_negative`` < 1 keeps that share of the windows without a fraud label; ``fraud_share`` > 0
+    then repeats every window holding a fraud label a whole number of times, so that such windows
+    make up about that share of the result (fraud windows are a fraction of a percent of the data,
+    so without it a batch of 32 holds about one). Ranking metrics are unaffected by either;
+    calibrated probabilities would need weights, which are not applied.
+    """
+    if not 0 < keep_negative <= 1:
+        raise ValueError(f"keep_negative must be in (0, 1], got {keep_negative!r}")
+    if not 0 <= fraud_share < 1:
+        raise ValueError(f"fraud_share must be in [0, 1), got {fraud_share!r}")
+    has_fraud = (windows.labels == 1).any(1)
+    keep = np.ones(len(windows), bool)
+    if keep_negative < 1.0:
+        keep = has_fraud | (np.random.default_rng(seed).random(len(windows)) < keep_negative)
+    idx = np.flatnonzero(keep)
+    pos, neg = idx[has_fraud[idx]], idx[~has_fraud[idx]]
+    if fraud_share > 0 and len(pos):
+        repeat = max(1, round(fraud_share / (1 - fraud_share) * len(neg) / len(pos)))
+        idx = np.sort(np.r_[neg, np.repeat(pos, repeat)])
+    return windows.take(idx)
+
+
+@dataclass(frozen=True)
+class WindowOptions:
+    """How a head's training windows are selected (the heads that take them: see each
+    :class:`~slmlab.transactions.heads.HeadSpec`'s ``data_options``).
+
+    Attributes:
+        keep_negative: share of the fraud-free training windows kept (:func:`balance_windows`).
+        fraud_share: repeat fraud windows to about this share of the training windows.
+        label_fraction: keep the labels of this seeded random share of the training customers.
+        seed: the seed of those draws.
+    """
+
+    keep_negative: float = 1.0
+    fraud_share: float = 0.0
+    label_fraction: float = 1.0
+    seed: int = 0
+
+
+def lm_labels(ids: torch.Tensor, txn_mask: torch.Tensor, row_labels: torch.Tensor) -> torch.Tensor:
+    """The :data:`LabelFn` of next-token objectives: the ids again (targets come from them)."""
+    return ids.clone()
+
+
+class TransactionWindows(DataSource):
+    """Windows as a harness data source: the shuffled training stream and the validation split.
+
+    Batches: ``input_ids`` int64 ``[B, T, F]``, ``attention_mask`` ``[B, T*F]`` (token level, so the
+    harness counts tokens) and ``labels`` made by ``labels`` (a :data:`LabelFn`: the head's, e.g.
+    ``[B, T]`` fraud labels or ``[B]`` window labels; default :func:`lm_labels`, the ids again for
+    pretraining). Pair windows (``ids [N, 2, T, F]``) give ``input_ids [B, 2, T, F]`` and
+    ``attention_mask [B, 2, T*F]``.
+
+    Args:
+        windows: ``split -> Windows`` (``train`` and ``validation``).
+        labels: the batch labels' maker.
+        name: the source's name.
+    """
+
+    is_synthetic = False
+    splits = ("train", "validation")
+
+    def __init__(self, windows: dict[str, Windows], labels: LabelFn = lm_labels, name: str = "transactions") -> None:
+        for split in self.splits:
+            if split not in windows or len(windows[split]) == 0:
+                raise ValueError(f"no {split} windows; the bank is too small for its split (generate more days)")
+        self.windows, self.make_labels, self.name = windows, labels, name
+        w = windows["train"]
+        self.T, self.F = w.ids.shape[-2], w.ids.shape[-1]
+        self.seq_len = self.T * self.F
+        self.min_vocab_size = int(w.ids.max()) + 1
+
+    def _num_rows(self, split: str, shuffled: bool) -> int:
+        return len(self.windows[split])
+
+    def _rows(self, split, epochs, rows, sampler, shuffled) -> dict[str, torch.Tensor]:
+        w = self.windows[split]
+        ids = torch.from_numpy(w.ids[rows])
+        mask = torch.from_numpy(w.txn_mask[rows])
+        out = {"input_ids": ids, "attention_mask": mask.repeat_interleave(self.F, dim=-1).long()}
+        out["labels"] = self.make_labels(ids, mask, torch.from_numpy(w.labels[rows].astype(np.int64)))
+        return out

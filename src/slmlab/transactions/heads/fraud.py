@@ -1,0 +1,241 @@
+"""The per-transaction fraud head and the fine-tuning model around the encoder.
+
+The head reads the backbone state at ``p = t*F + score_index`` (``auth_method``): by then the model
+has seen every field of transaction ``t`` except its own ``response_code`` (the issuer's decision,
+which in real-time scoring comes after the score) and all earlier transactions. MLP
+``Linear(D, D/2) -> SiLU -> Dropout -> Linear(D/2, 1)``; loss BCE with
+``pos_weight = min(30, sqrt(neg / pos))``, or the focal loss (the same weighted BCE scaled by
+``(1 - p_t) ** gamma``, so confidently right transactions contribute little; Lin et al., "Focal Loss
+for Dense Object Detection", arXiv:1708.02002). ``freeze_backbone`` (linear-probe mode) freezes the
+embedding and the backbone at construction. The config's ``fraud_head_inputs`` chooses the head once:
+``state`` (this MLP on the state), ``surprisal`` or ``both`` (:class:`SurprisalFraudHead`: the
+pretrained heads' surprisal of each field before the score field, alone or with the state).
+
+Training data (:func:`training_windows`): windows ending in train with the labels known by the end of
+train (optionally only a seeded share of the customers labelled), rebalanced by
+:func:`~slmlab.transactions.data.windows.balance_windows`; ``pos_weight`` counted over the labelled
+training rows. Validation: :func:`fraud_eval` (PR-AUC on the labels known by the start of test).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.utils import ModelOutput
+
+from ..data.bank import Bank, label_customers, windows_of_customers
+from ..data.windows import WindowOptions, Windows, balance_windows
+from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
+from .surprisal import HEAD_INPUTS, SurprisalFraudHead
+
+IGNORE = -100
+FRAUD_LOSSES = ("bce", "focal")
+
+
+class TransactionFraudConfig(TxnHeadConfig):
+    """Config of :class:`TransactionFraudModel`: the encoder's fields plus the fraud head's.
+
+    Args:
+        fraud_hidden: hidden width of the fraud MLP (default ``D // 2``; surprisal inputs: 16, 0 = a
+            logistic head).
+        fraud_dropout: dropout of the fraud MLP.
+        pos_weight: BCE positive weight (set from the training labels).
+        fraud_loss: ``bce`` (weighted binary cross-entropy) or ``focal`` (the same, scaled by
+            ``(1 - p_t) ** focal_gamma``; Lin et al., "Focal Loss for Dense Object Detection",
+            arXiv:1708.02002).
+        focal_gamma: the focusing exponent of the focal loss (``>= 0``; 0 is plain weighted BCE).
+        fraud_head_inputs: ``state``, ``surprisal`` or ``both`` (see the module docstring).
+        freeze_backbone, **kwargs: :class:`~slmlab.transactions.model.TxnHeadConfig`'s.
+    """
+
+    model_type = "slmlab_txn_fraud"
+    HEAD_FIELDS = ("fraud_hidden", "fraud_dropout", "pos_weight", "fraud_loss", "focal_gamma", "fraud_head_inputs")
+
+    def __init__(self, fraud_hidden: int | None = None, fraud_dropout: float = 0.1, pos_weight: float = 1.0,
+                 fraud_loss: str = "bce", focal_gamma: float = 2.0, fraud_head_inputs: str = "state", **kwargs) -> None:
+        self.fraud_hidden = fraud_hidden
+        self.fraud_dropout = float(fraud_dropout)
+        self.pos_weight = float(pos_weight)
+        self.fraud_loss = str(fraud_loss)
+        self.focal_gamma = float(focal_gamma)
+        self.fraud_head_inputs = str(fraud_head_inputs)
+        super().__init__(**kwargs)
+        if self.fraud_loss not in FRAUD_LOSSES:
+            raise ValueError(f"fraud_loss must be 'bce' or 'focal', got {fraud_loss!r}")
+        if not self.focal_gamma >= 0:
+            raise ValueError(f"focal_gamma must be >= 0, got {focal_gamma!r}")
+        if self.fraud_head_inputs not in HEAD_INPUTS:
+            raise ValueError(f"fraud_head_inputs must be one of {HEAD_INPUTS}, got {fraud_head_inputs!r}")
+
+
+def pos_weight_from_counts(neg: int, pos: int, cap: float = 30.0) -> float:
+    """``min(cap, sqrt(neg / pos))`` (1 when there are no positives)."""
+    return 1.0 if pos <= 0 else float(min(cap, math.sqrt(max(neg, 1) / pos)))
+
+
+class WeightedBCE(nn.Module):
+    """Per-transaction BCE with a positive weight: ``[B, T]`` logits and 0/1 targets -> ``[B, T]``."""
+
+    def __init__(self, pos_weight: float) -> None:
+        super().__init__()
+        self.pos_weight = float(pos_weight)
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        pw = torch.tensor(self.pos_weight, dtype=torch.float32, device=logits.device)
+        return F.binary_cross_entropy_with_logits(logits.float(), target.float(), pos_weight=pw, reduction="none")
+
+
+class FocalLoss(WeightedBCE):
+    """Focal loss: the weighted BCE times ``(1 - p_t) ** gamma``, ``p_t`` the probability given to
+    the true class (``gamma = 0`` is :class:`WeightedBCE`)."""
+
+    def __init__(self, pos_weight: float, gamma: float = 2.0) -> None:
+        super().__init__(pos_weight)
+        self.gamma = float(gamma)
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        z, y = logits.float(), target.float()
+        log_pt = -F.binary_cross_entropy_with_logits(z, y, reduction="none")  # log p_t, stable
+        return super().forward(logits, target) * (1 - log_pt.exp()).pow(self.gamma)
+
+
+def fraud_loss_from_config(config) -> nn.Module:
+    """The config's fraud loss: ``bce`` -> :class:`WeightedBCE`, ``focal`` -> :class:`FocalLoss`."""
+    if config.fraud_loss == "focal":
+        return FocalLoss(config.pos_weight, config.focal_gamma)
+    return WeightedBCE(config.pos_weight)
+
+
+class TransactionFraudHead(nn.Module):
+    """MLP on the score-position state of each transaction.
+
+    Args:
+        hidden_size: ``D``; inner: MLP width (default ``D // 2``); dropout: after the SiLU.
+        score_index: feature position whose state is read; num_features: ``F``.
+    """
+
+    def __init__(self, hidden_size: int, score_index: int, num_features: int, inner: int | None = None,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        self.score_index, self.num_features = score_index, num_features
+        inner = inner or hidden_size // 2
+        self.mlp = nn.Sequential(nn.Linear(hidden_size, inner), nn.SiLU(), nn.Dropout(dropout), nn.Linear(inner, 1))
+
+    def forward(self, hidden: torch.Tensor, ids: torch.Tensor | None = None,
+                txn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T*F, D]`` -> logits ``[B, T]`` (``ids`` and ``txn_mask`` are not needed)."""
+        return self.mlp(hidden[:, self.score_index::self.num_features]).squeeze(-1)
+
+
+@dataclass
+class FraudOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+
+
+def fraud_head_from_config(config: TransactionFraudConfig, encoder: TransactionEncoder) -> nn.Module:
+    """The config's fraud head: ``fraud_head_inputs`` ``state`` (default) -> :class:`TransactionFraudHead`,
+    ``surprisal`` / ``both`` -> :class:`SurprisalFraudHead` (``fraud_hidden`` 0: logistic, default 16)."""
+    inputs = config.fraud_head_inputs
+    d, nf = config.backbone_config().hidden_size, len(encoder.feature_names)
+    if inputs == "state":
+        return TransactionFraudHead(d, encoder.score_index, nf, config.fraud_hidden, config.fraud_dropout)
+    inner = 16 if config.fraud_hidden is None else config.fraud_hidden
+    return SurprisalFraudHead(encoder.lm_heads, encoder.embedding.vocab_sizes, d, encoder.score_index, nf, inputs,
+                              inner, config.fraud_dropout)
+
+
+class TransactionFraudModel(TxnHeadModel):
+    """:class:`TransactionEncoder` (as ``encoder``) + :class:`TransactionFraudHead` (or
+    :class:`SurprisalFraudHead`, by ``config.fraud_head_inputs``).
+
+    ``forward(input_ids [B,T,F], attention_mask, labels [B,T] in {0, 1, -100})`` -> logits ``[B, T]``.
+    """
+
+    config_class = TransactionFraudConfig
+
+    def __init__(self, config: TxnEncoderConfig) -> None:
+        super().__init__(config)
+        config = self.config
+        self.encoder = TransactionEncoder(config)
+        self.fraud_head = fraud_head_from_config(config, self.encoder)
+        self.loss_fn = fraud_loss_from_config(config)
+        self._finish_init()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, **kwargs) -> FraudOutput:
+        txn_mask = txn_mask_from(input_ids, attention_mask)
+        logits = self.fraud_head(self.encoder.backbone_forward(input_ids, txn_mask), input_ids, txn_mask)
+        loss = None
+        if labels is not None:
+            valid = (labels != IGNORE) & txn_mask
+            per_txn = self.loss_fn(logits, labels.clamp(min=0))
+            loss = (per_txn * valid).sum() / valid.sum().clamp(min=1)
+        return FraudOutput(loss=loss, logits=logits)
+
+
+def transaction_labels(ids: torch.Tensor, txn_mask: torch.Tensor, row_labels: torch.Tensor,
+                       config: TransactionFraudConfig | None = None) -> torch.Tensor:
+    """Batch labels ``[B, T]`` of the per-transaction fraud head: each real row's label where known,
+    else :data:`IGNORE` (padded rows, labels not yet available)."""
+    return torch.where(txn_mask & (row_labels >= 0), row_labels, torch.full_like(row_labels, IGNORE))
+
+
+def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -> tuple[dict[str, Windows], dict]:
+    """The per-transaction fraud head's ``train`` / ``validation`` windows (stride ``T // 2``) and the
+    config values they fix (``pos_weight``).
+
+    Train: windows ending in the training period with the labels known by its end. ``label_fraction``
+    < 1 keeps the labels of a seeded random share of the training customers
+    (:func:`~slmlab.transactions.data.bank.label_customers` with ``seed``) and drops the other
+    customers' windows: their labels are unknown in that setting, and windows whose labels are all
+    ignored would add nothing to the loss. Then ``keep_negative`` / ``fraud_share`` rebalance them.
+    ``pos_weight`` is counted over the kept customers' rows; validation keeps all of its labels (they
+    only select and report)."""
+    y_train = bank.labels(bank.cuts["train_end"])
+    y_val = bank.labels(bank.cuts["test_start"])
+    train_rows = bank.period_mask(None, bank.cuts["train_end"])
+    customers = bank.df["customer_id"].astype(str)
+    labelled = label_customers(set(customers[train_rows]) - {str(c) for c in bank.holdout}, options.label_fraction,
+                               options.seed)
+    if options.label_fraction < 1:
+        train_rows &= customers.isin(labelled).to_numpy()
+    pos = int((y_train[train_rows] == 1).sum())
+    neg = int((y_train[train_rows] == 0).sum())
+    train_w = bank.windows(T, T // 2, "train", labels=y_train)
+    if options.label_fraction < 1:
+        train_w = windows_of_customers(train_w, bank, labelled)
+    train_w = balance_windows(train_w, options.keep_negative, options.fraud_share, options.seed)
+    windows = {"train": train_w, "validation": bank.windows(T, T // 2, "validation", labels=y_val)}
+    return windows, {"pos_weight": pos_weight_from_counts(neg, pos)}
+
+
+@torch.no_grad()
+def fraud_eval(model, windows: Windows, batch_size: int = 64) -> dict:
+    """Validation loss and PR-AUC of the fraud model on ``windows`` (known labels only); ``acc``
+    repeats the PR-AUC, which is what the harness's ``keep_best`` selects on (``keep_best=true``
+    saves the weights with the best validation PR-AUC as ``checkpoints/best``)."""
+    from sklearn.metrics import average_precision_score
+
+    device = next(model.parameters()).device
+    was = model.training
+    model.eval()
+    ys, ps, losses, n = [], [], 0.0, 0
+    for batch in windows.batches(batch_size, device):
+        lab = transaction_labels(batch.ids, batch.txn_mask, batch.labels)
+        out = model(input_ids=batch.ids, attention_mask=batch.txn_mask, labels=lab)
+        valid = lab >= 0
+        k = int(valid.sum())
+        losses += float(out.loss) * k
+        n += k
+        ys.append(lab[valid].cpu().numpy())
+        ps.append(out.logits[valid].float().cpu().numpy())
+    model.train(was)
+    y, p = np.concatenate(ys), np.concatenate(ps)
+    pr_auc = float(average_precision_score(y, p)) if y.sum() else math.nan
+    return {"loss": losses / max(n, 1), "pr_auc": pr_auc, "acc": pr_auc}

@@ -1,0 +1,200 @@
+"""One function per ``slmlab transactions`` subcommand, from folders and options to results: the
+command (:mod:`slmlab.commands.transactions`) parses its arguments, calls one of these and prints.
+
+Every function takes the subcommand's options by their argparse names (``data``: a bank folder,
+``out``: where results go, ``threads``: torch's CPU threads, ``device``: ``auto`` / ``cpu`` / ``cuda``;
+``files`` and ``overrides``: run-config YAML files and ``key=value`` overrides of the harness's run
+config, as the command split them).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..train.checkpoint import resolve_checkpoint
+from ..train.trainer import Trainer, resolve_device
+from . import training
+from .data.bank import Bank, export, label_customers, load_bank, prepare_bank
+from .data.schema import FittedSchema, SchemaConfig
+from .data.synth import SynthConfig, SynthData, generate
+from .evaluation.evaluate import evaluate_models
+from .evaluation.score import score_transactions
+from .heads import HEADS, TransactionFraudModel, head_spec
+from .model import PRESETS, TransactionEncoder, TxnEncoderConfig, preset_schema
+
+
+def setup(threads: int = 0, device: str = "auto") -> str:
+    """Set torch's CPU threads (``threads`` > 0) and resolve ``device`` (``auto``: CUDA when present)."""
+    if threads:
+        torch.set_num_threads(threads)
+    return str(resolve_device(device))
+
+
+def load_model(path: str | Path, cls):
+    """``cls.from_pretrained`` of a run folder (its newest checkpoint) or a checkpoint folder."""
+    return cls.from_pretrained(str(resolve_checkpoint(path)))
+
+
+def load_prepared_bank(data: str | Path, schema: SchemaConfig | FittedSchema, customer_disjoint: bool = False) -> Bank:
+    """The bank folder ``data`` split and encoded with ``schema`` (fitted on its training rows unless
+    already fitted)."""
+    tables = load_bank(data)
+    return prepare_bank(tables.transactions, schema, tables.customers, customer_disjoint=customer_disjoint)
+
+
+# -- generate --------------------------------------------------------------------------------------------
+@dataclass
+class Generated:
+    """What :func:`generate_bank` wrote: the tables, the manifest and the generation time."""
+
+    data: SynthData
+    manifest: dict
+    seconds: float
+
+
+def generate_bank(out: str | Path, preset: str = "tiny", seed: int | None = None, fmt: str = "parquet",
+                  labels_separate: bool = False, overrides: dict | None = None) -> Generated:
+    """Generate the synthetic bank of ``preset`` (``configs/synth.yaml``) with ``overrides`` (generator
+    settings, e.g. ``{"n_customers": 1000}``; ``seed`` wins over theirs) and write it to ``out``."""
+    overrides = dict(overrides or {})
+    if seed is not None:
+        overrides["seed"] = seed
+    try:
+        cfg = SynthConfig.from_preset(preset, **overrides)
+    except TypeError as err:
+        raise ValueError(f"unknown generator setting ({err}); see configs/synth.yaml for the keys") from None
+    t0 = time.perf_counter()
+    data = generate(cfg, progress=True)
+    seconds = time.perf_counter() - t0
+    return Generated(data, export(data, out, fmt, labels_separate, cfg), seconds)
+
+
+# -- pretrain / finetune -------------------------------------------------------------------------------------
+def pretrain(data: str | Path, out: str | Path, preset: str = "lfm2_tiny", files=(), overrides=(), device: str = "auto",
+             threads: int = 0, customer_disjoint: bool = False, resume: bool = False,
+             max_transactions: int | None = None) -> Trainer:
+    """Pretrain an encoder of ``preset`` on the bank ``data`` into the run folder ``out``; returns the
+    harness's ``Trainer`` (``state.last_eval``: the validation report)."""
+    setup(threads, device)
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; use one of {sorted(PRESETS)}")
+    bank = load_prepared_bank(data, preset_schema(preset), customer_disjoint)
+    return training.pretrain(bank, preset, out, [f"device={device}", *overrides], resume=resume, files=list(files),
+                             max_transactions=max_transactions)
+
+
+def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = None, preset: str = "lfm2_tiny",
+             files=(), overrides=(), device: str = "auto", threads: int = 0, customer_disjoint: bool = False,
+             head: str = "transaction", linear_probe: bool = False, **options) -> Trainer:
+    """Fine-tune the head ``head`` (a name of :data:`~slmlab.transactions.heads.HEADS`) from the
+    pretrained run folder ``encoder`` (else from scratch) on the bank ``data`` into ``out``; returns
+    the harness's ``Trainer``.
+
+    ``options``: the command's head options (``keep_negative``, ``fraud_share``, ``label_fraction``,
+    ``loss``, ``focal_gamma``, ``head_inputs``, ``head_hidden``, ``recent_k``); each head takes the ones
+    its spec names (``data_options``, ``cli_options``) and ignores the others."""
+    spec = head_spec(head)
+    known = {"keep_negative", "fraud_share", "label_fraction", "seed"} | {k for s in HEADS.values() for k in s.cli_options}
+    if set(options) - known:
+        raise ValueError(f"unknown finetune options {sorted(set(options) - known)}; known: {sorted(known)}")
+    setup(threads, device)
+    model = load_model(encoder, TransactionEncoder) if encoder else None
+    schema = model.config.fitted_schema if model is not None else preset_schema(preset)
+    bank = load_prepared_bank(data, schema, customer_disjoint)
+    window_options = {k: v for k, v in options.items() if k in spec.data_options}
+    head_config = {field: options[opt] for opt, field in spec.cli_options.items() if opt in options}
+    return training.finetune(bank, out, model, preset, [f"device={device}", *overrides], linear_probe, files=list(files),
+                             head=head, **window_options, **head_config)
+
+
+# -- evaluate / score ----------------------------------------------------------------------------------------
+def evaluate(data: str | Path, out: str | Path, model: str | Path | None = None, bootstrap: int = 1000,
+             stacking: bool = False, label_fraction: float | None = None, encoder: str | Path | None = None,
+             keep_negative: float = 1.0, files=(), overrides=(), device: str = "auto", threads: int = 0,
+             customer_disjoint: bool = False) -> dict:
+    """The test-period report of the fine-tuned run folder ``model`` (omitted: the baselines only) on
+    the bank ``data`` against gradient boosting, written to ``out`` (``report.md``, ``metrics.json``,
+    ``pr_curve.png``); returns the metrics.
+
+    ``stacking`` adds the stacked models; ``label_fraction`` with ``encoder`` (a pretrained run folder)
+    first fine-tunes from it and from scratch on that share of the labels (``keep_negative``, ``files``
+    and ``overrides`` as ``finetune``'s) and reports both."""
+    device = setup(threads, device)
+    if stacking and not model:
+        raise ValueError("--stacking needs --model; pass a fine-tuned run folder")
+    if (label_fraction is None) != (encoder is None):
+        raise ValueError("--label-fraction and --encoder go together; pass both (e.g. --label-fraction 0.1"
+                         " --encoder runs/pre) or neither")
+    fraud = load_model(model, TransactionFraudModel).to(device) if model else None
+    schema = fraud.config.fitted_schema if fraud is not None else preset_schema("lfm2_tiny")
+    models, pairs = {}, []
+    if label_fraction is not None:
+        label_customers([], label_fraction)  # fail before loading anything
+        enc = load_model(encoder, TransactionEncoder)
+        if fraud is not None and enc.config.schema != fraud.config.schema:
+            raise ValueError("--encoder and --model hold different fitted schemas; pass the encoder the model was"
+                             " fine-tuned from")
+        bank = load_prepared_bank(data, enc.config.fitted_schema, customer_disjoint)
+        models = training.finetune_label_fraction_pair(bank, Path(out, "label_fraction"), enc, label_fraction,
+                                                       [f"device={device}", *overrides], keep_negative, files=list(files))
+        pairs = [("lf_pretrained", "lf_scratch")]
+    else:
+        bank = load_prepared_bank(data, schema, customer_disjoint)
+    return evaluate_models(bank, fraud, out, bootstrap, device=device, progress=True, stacking=stacking,
+                           models=models, pairs=pairs)
+
+
+def score(data: str | Path, out: str | Path, model: str | Path | None = None, device: str = "auto",
+          threads: int = 0):
+    """Stream-score every transaction of the bank ``data`` with the fine-tuned run folder ``model`` and
+    write ``transaction_id, score`` to the CSV file ``out``; returns that table."""
+    device = setup(threads, device)
+    if not model:
+        raise ValueError("score needs --model; pass a fine-tuned run folder")
+    fraud = load_model(model, TransactionFraudModel).to(device)
+    tables = load_bank(data)
+    table = score_transactions(fraud, tables.transactions, tables.customers, device=device)
+    table.to_csv(out, index=False)
+    return table
+
+
+# -- audit / demo --------------------------------------------------------------------------------------------
+def audit(preset: str = "lfm2_small") -> dict:
+    """``param_count()`` of an encoder of ``preset`` (built on the meta device: no memory, no init)."""
+    with torch.device("meta"):
+        model = TransactionEncoder(TxnEncoderConfig.from_preset(preset))
+    return {"preset": preset, **model.param_count()}
+
+
+def demo(quick: bool = False, checkpoint: str | Path | None = None, data: str | Path | None = None,
+         host: str = "127.0.0.1", port: int = 7860, threads: int = 0, log=print):
+    """Serve the six-tab demo on ``host:port`` until interrupted: ``quick`` generates the tiny bank into
+    ``data`` (default: a new temporary folder) and trains ``lfm2_tiny`` first; else the fine-tuned
+    ``checkpoint`` on the bank ``data``. ``log`` receives the progress lines."""
+    from threadpoolctl import threadpool_limits
+
+    from .demo.app import check_port, launch
+    from .demo.state import load_state, quick_state
+
+    setup(threads)
+    # the demo's gradient-boosting fits are small; a full OpenMP pool on busy cores stalls them for minutes
+    threadpool_limits(threads or 1)
+    check_port(host, port)  # before minutes of training
+    if quick:
+        work = Path(data) if data else Path(tempfile.mkdtemp(prefix="slmlab-demo-"))
+        state = quick_state(work)
+        t = state.timings
+        log(f"quick: generated the tiny bank in {t['generate_s']:.1f} s, trained lfm2_tiny in {t['train_s']:.1f} s"
+            f" (baselines and threshold {t['state_s']:.1f} s) -> {work}")
+    else:
+        if not data:
+            raise ValueError("--checkpoint needs --data, the bank folder the demo shows")
+        state = load_state(checkpoint, data)
+    log(f"demo on http://{host}:{port} (Ctrl-C stops it)")
+    return launch(state, host, port)
+
