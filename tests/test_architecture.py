@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from import_graph import SRC, cycles, import_graph, modules
 
@@ -146,3 +147,14 @@ def private_imports() -> list[str]:
 def test_no_private_names_across_modules():
     found = private_imports()
     assert not found, "private names used across modules (make them public or local):\n" + "\n".join(found)
+
+
+def test_tests_mirror_the_source():
+    """Each folder of tests/ is a package of src/slmlab (tests/models/neollm/ <-> models/neollm/), and
+    every test module's name is unique across the folders."""
+    tests = ROOT / "tests"
+    folders = {p.parent.relative_to(tests) for p in tests.rglob("*.py")} - {Path(".")}
+    stray = sorted(str(f) for f in folders if not (SRC / f / "__init__.py").is_file())
+    assert not stray, f"test folders with no package of the same path in src/slmlab: {stray}"
+    names = [p.name for p in tests.rglob("*.py") if p.name != "__init__.py"]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})

@@ -4,10 +4,10 @@ Each function lives in its own module of :mod:`slmlab.commands`, takes ``argv`` 
 the command), parses them with argparse, and its docstring is the command's help. The table holds
 module paths, imported only when needed, and a command module imports torch and friends only after
 its arguments parse: ``slmlab --help``, ``--version`` and argument errors never load them
-(``tests/test_cli_startup.py``). :func:`main` is the one error boundary
+(``tests/commands/test_cli_startup.py``). :func:`main` is the one error boundary
 (:mod:`slmlab.commands.errors`): an expected failure prints ``slmlab <command>: error: ...`` and
 exits 2, Ctrl-C exits 130; ``--debug`` or ``SLMLAB_DEBUG=1`` shows tracebacks.
-``tests/test_cli.py`` keeps this table and the README in sync.
+``tests/commands/test_cli.py`` keeps this table and the README in sync.
 """
 
 from __future__ import annotations

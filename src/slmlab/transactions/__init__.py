@@ -2,7 +2,7 @@
 LFM2 transaction encoder, the fine-tuned heads and the evaluation against gradient boosting
 (docs/transactions.md). Needs the ``transactions`` extra (pandas, pyarrow, scikit-learn).
 
-Layout (imports point down, never up; ``tests/test_transactions_imports.py`` checks it):
+Layout (imports point down, never up; ``tests/transactions/test_transactions_imports.py`` checks it):
 
 - ``data/``: schema, synthetic generator, column-map adapter, bank folders and the encoded bank, windows;
 - ``embedding.py``, ``model.py``: the encoder (and the base of the fine-tuned models);

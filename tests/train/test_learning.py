@@ -18,7 +18,7 @@ from slmlab.commands.train import train_command
 
 pytestmark = pytest.mark.slow  # ~2 min on one core
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 QUIET = ["progress=false", "tensorboard=false", "checkpoint_every=0", "sample_tokens=0", "log_every=100"]
 
 

@@ -1,6 +1,6 @@
 """Suite acceptance at reduced cpu-smoke size through the bench runner (slow): R1 attention learns
 T7 cpu, R2 the short-convolution control stays at chance on T1. R3 needs cpu-full (docs/bench.md);
-R4 is the generator tests of tests/test_data_tasks.py."""
+R4 is the generator tests of tests/data/test_data_tasks.py."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from slmlab.generation import SamplingConfig, generate
 from slmlab.models import get_family
 from slmlab.train.checkpoint import save_checkpoint
 from slmlab.train.run import attach_tokenizer, record_tokenizer
+from tiny_runs import train_tiny_run
 
 VOCAB = 259  # the byte tokenizer: 256 bytes + <bos> <eos> <pad>
 CONTEXT = 32
@@ -237,16 +238,7 @@ def test_every_family_config_has_special_token_attributes(family):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A real 2-step `slmlab train` run on a tiny local corpus."""
-    root = tmp_path_factory.mktemp("trained")
-    (root / "corpus").mkdir()
-    for i in range(3):
-        (root / "corpus" / f"w{i}.txt").write_text("To be, or not to be, that is the question.\n" * (40 + 10 * i))
-    out = root / "run"
-    args = ["train", "--model", "lumen:lumen-tiny", "--data", str(root / "corpus"), "--out", str(out), "batch_size=2",
-            f"block_size={CONTEXT}", "vocab_size=300", "eval_batches=1", "eval_every=0", "checkpoint_every=0",
-            "progress=false", "tensorboard=false", f"data_cache={root / 'cache'}", "sample_tokens=0", "--steps", "2"]
-    assert cli.main(args) == 0
-    return out
+    return train_tiny_run(tmp_path_factory.mktemp("trained"), CONTEXT, "To be, or not to be, that is the question.\n")
 
 
 def test_trained_checkpoint_records_special_ids_and_context(trained):

@@ -229,7 +229,7 @@ def test_dataloader_benchmark_runs(corpus, tmp_path):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_dataloader.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_dataloader.py"
     spec = importlib.util.spec_from_file_location("bench_dataloader", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -9,7 +9,7 @@ import pytest
 
 from slmlab import cli
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_every_command_is_documented_in_the_readme_and_vice_versa():

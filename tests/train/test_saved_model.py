@@ -15,6 +15,7 @@ import pytest
 from slmlab import cli
 from slmlab.train.checkpoint import list_checkpoints
 from slmlab.train.saved import load_for_inference, open_checkpoint, trained_context
+from tiny_runs import train_tiny_run
 
 BLOCK = 24  # the run's block_size: no default of any family or of the CLI
 RECORDED = 20  # a recorded value unlike every fallback, to show a consumer reads the record
@@ -23,16 +24,7 @@ RECORDED = 20  # a recorded value unlike every fallback, to show a consumer read
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A real 2-step `slmlab train` run on a tiny local corpus, block_size=BLOCK."""
-    root = tmp_path_factory.mktemp("context")
-    (root / "corpus").mkdir()
-    for i in range(3):
-        (root / "corpus" / f"w{i}.txt").write_text("Shall I compare thee to a summer's day?\n" * (40 + 10 * i))
-    out = root / "run"
-    args = ["train", "--model", "lumen:lumen-tiny", "--data", str(root / "corpus"), "--out", str(out), "batch_size=2",
-            f"block_size={BLOCK}", "vocab_size=300", "eval_batches=1", "eval_every=0", "checkpoint_every=0",
-            "progress=false", "tensorboard=false", f"data_cache={root / 'cache'}", "sample_tokens=0", "--steps", "2"]
-    assert cli.main(args) == 0
-    return out
+    return train_tiny_run(tmp_path_factory.mktemp("context"), BLOCK, "Shall I compare thee to a summer's day?\n")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Tiny configs per family, all on the byte tokenizer's 259 ids.
 TINY = {

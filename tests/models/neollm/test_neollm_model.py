@@ -1,7 +1,7 @@
 """NeoLLM default model: the shared family suite on a tiny default-stack config, plus the parameter
 budget of the seed's defaults, init identities after from_pretrained, one training step, the baked
-embedding table and the standard topology (the generator and JTok-M: tests/test_neollm_generator.py,
-tests/test_neollm_jtokm.py)."""
+embedding table and the standard topology (the generator and JTok-M: tests/models/neollm/test_neollm_generator.py,
+tests/models/neollm/test_neollm_jtokm.py)."""
 
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def test_inputs_embeds_needs_spelling_bee_off():
     torch.testing.assert_close(by_embeds, by_ids, atol=ATOL, rtol=0)
 
 
-# -- other built switches: the hand-picked variants are rows of tests/test_neollm_flags.py ------------
+# -- other built switches: the hand-picked variants are rows of tests/models/neollm/test_neollm_flags.py ------------
 def test_standard_topology_has_no_siamese_modules():
     model = tiny_model(use_siamesenorm=False, use_embedding_input_norm=False)
     names = [n for n, _ in model.named_parameters()]

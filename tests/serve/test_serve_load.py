@@ -10,7 +10,7 @@ wall-clock figures are printed beside it and the assertion uses the CPU-time rat
 
 The clients parse the server-sent events with httpx directly: the official client's per-chunk
 model parsing would make the client, not the server, the bottleneck of 32 streams on a small
-machine (tests/test_serve.py runs the official client)."""
+machine (tests/serve/test_serve.py runs the official client)."""
 
 from __future__ import annotations
 

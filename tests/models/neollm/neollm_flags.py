@@ -1,7 +1,7 @@
 """The NeoLLM flag table for generative combination tests: every built flag with the values worth
 testing, the config's constraints between them, and a seeded all-pairs generator.
 
-A new mechanism adds its flag (and any constraint) here; ``tests/test_neollm_flags.py`` then builds,
+A new mechanism adds its flag (and any constraint) here; ``tests/models/neollm/test_neollm_flags.py`` then builds,
 trains one step and checks decode == prefill for a set of rows that covers every pair of values of
 every two flags, without enumerating the full product (2^20+ combinations).
 """

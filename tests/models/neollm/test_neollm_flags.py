@@ -1,5 +1,5 @@
 """NeoLLM flag combinations, generated: every row of the seeded all-pairs cover of
-``tests/neollm_flags.py`` builds, takes one AdamW step with a finite loss and a gradient to every
+``tests/models/neollm/neollm_flags.py`` builds, takes one AdamW step with a finite loss and a gradient to every
 parameter, and decodes == prefill on a left-padded batch (fp32, 1e-5)."""
 
 from __future__ import annotations
