@@ -6,7 +6,6 @@ Torch and transformers are imported inside the functions that need them.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -47,14 +46,6 @@ class ExportSource:
     tokens_seen: int | None = None
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def special_ids(model, tokenizer, run_config: dict) -> dict:
     """bos/eos/pad ids: those the checkpoint's config recorded (``slmlab train`` writes them), else
     the tokenizer's (checkpoints saved before they were recorded); never for a synthetic task, whose
@@ -78,15 +69,15 @@ def load_source(source) -> ExportSource:
     on the CPU, float32, finite weights checked, no code shipped in the folder run
     (:func:`slmlab.train.saved.load_for_inference`). The run report's validation figures are kept
     only when the report names this very checkpoint."""
-    from ..train.saved import load_for_inference
+    from ..train.saved import load_for_inference, read_json_object
 
     loaded = load_for_inference(source, "cpu")
     ckpt, model, tokenizer, run_config = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.run_config
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
-    state = _read_json(ckpt / "trainer" / "state.json")
+    state = read_json_object(ckpt / "trainer" / "state.json")
     evaluation = None
     if run_dir is not None:
-        report = _read_json(run_dir / "report.json")
+        report = read_json_object(run_dir / "report.json")
         named = report.get("checkpoint")
         if named and Path(named).name == ckpt.name and isinstance(report.get("final_eval"), dict):
             evaluation = report["final_eval"]

@@ -82,7 +82,8 @@ def is_synthetic_run(run_config: dict) -> bool:
     return isinstance(data, str) and parse_task_spec(data) is not None
 
 
-def _json_object(path: Path) -> dict:
+def read_json_object(path: Path) -> dict:
+    """The JSON object in ``path``; empty when the file is missing, unreadable or not an object."""
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
@@ -105,10 +106,10 @@ def trained_context(checkpoint: str | Path, run_config: dict | None = None) -> i
        synthetic task fixes its own length, so its ``block_size`` says nothing).
     """
     ckpt = Path(checkpoint)
-    recorded = real_length(_json_object(ckpt / "trainer" / "state.json").get(TRAINED_CONTEXT))
+    recorded = real_length(read_json_object(ckpt / "trainer" / "state.json").get(TRAINED_CONTEXT))
     if recorded is not None:
         return recorded
-    length = real_length(_json_object(ckpt / "tokenizer_config.json").get("model_max_length"))
+    length = real_length(read_json_object(ckpt / "tokenizer_config.json").get("model_max_length"))
     if length is not None:
         return length
     run_config = saved_run_config(ckpt) if run_config is None else run_config

@@ -216,26 +216,33 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
 
 
 @torch.no_grad()
+def labelled_scores(model, windows: Windows, batch_size: int, labels_of) -> tuple[np.ndarray, np.ndarray, float]:
+    """Every labelled position's label and logit over ``windows`` and the mean loss over them, with
+    ``labels_of(batch) -> labels`` (``IGNORE`` where unknown); the model is left in the mode it had."""
+    device = next(model.parameters()).device
+    was = model.training
+    model.eval()
+    ys, ps, loss_sum, n = [], [], 0.0, 0
+    for batch in windows.batches(batch_size, device):
+        lab = labels_of(batch)
+        out = model(input_ids=batch.ids, attention_mask=batch.txn_mask, labels=lab)
+        valid = lab != IGNORE
+        k = int(valid.sum())
+        loss_sum += float(out.loss) * k
+        n += k
+        ys.append(lab[valid].cpu().numpy())
+        ps.append(out.logits[valid].float().cpu().numpy())
+    model.train(was)
+    return np.concatenate(ys), np.concatenate(ps), loss_sum / max(n, 1)
+
+
 def fraud_eval(model, windows: Windows, batch_size: int = 64) -> dict:
     """Validation loss and PR-AUC of the fraud model on ``windows`` (known labels only); ``acc``
     repeats the PR-AUC, which is what the harness's ``keep_best`` selects on (``keep_best=true``
     saves the weights with the best validation PR-AUC as ``checkpoints/best``)."""
     from sklearn.metrics import average_precision_score
 
-    device = next(model.parameters()).device
-    was = model.training
-    model.eval()
-    ys, ps, losses, n = [], [], 0.0, 0
-    for batch in windows.batches(batch_size, device):
-        lab = transaction_labels(batch.ids, batch.txn_mask, batch.labels)
-        out = model(input_ids=batch.ids, attention_mask=batch.txn_mask, labels=lab)
-        valid = lab >= 0
-        k = int(valid.sum())
-        losses += float(out.loss) * k
-        n += k
-        ys.append(lab[valid].cpu().numpy())
-        ps.append(out.logits[valid].float().cpu().numpy())
-    model.train(was)
-    y, p = np.concatenate(ys), np.concatenate(ps)
+    y, p, loss = labelled_scores(model, windows, batch_size,
+                                 lambda b: transaction_labels(b.ids, b.txn_mask, b.labels))
     pr_auc = float(average_precision_score(y, p)) if y.sum() else math.nan
-    return {"loss": losses / max(n, 1), "pr_auc": pr_auc, "acc": pr_auc}
+    return {"loss": loss, "pr_auc": pr_auc, "acc": pr_auc}

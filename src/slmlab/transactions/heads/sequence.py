@@ -27,7 +27,7 @@ from ..data.bank import Bank
 from ..data.windows import WindowOptions, Windows, balance_windows
 from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
 from .customer import masked_mean, summary_states
-from .fraud import IGNORE, WeightedBCE, pos_weight_from_counts
+from .fraud import IGNORE, WeightedBCE, labelled_scores, pos_weight_from_counts
 
 
 def check_recent_k(recent_k: int | None) -> None:
@@ -165,29 +165,14 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
     return windows, {"pos_weight": pos_weight}
 
 
-@torch.no_grad()
 def sequence_eval(model: SequenceFraudModel, windows: Windows, batch_size: int = 64) -> dict:
     """Validation loss and window-level PR-AUC of ``model`` over ``windows`` (windows with a label, by
     the model's ``sequence_recent_k``); ``acc`` repeats the PR-AUC (what the harness's ``keep_best``
     selects on)."""
     from sklearn.metrics import average_precision_score
 
-    device = next(model.parameters()).device
     recent_k = model.config.sequence_recent_k
-    was = model.training
-    model.eval()
-    ys, ps, loss_sum, n = [], [], 0.0, 0
-    for batch in windows.batches(batch_size, device):
-        lab = window_labels(batch.labels, batch.txn_mask, recent_k)
-        out = model(input_ids=batch.ids, attention_mask=batch.txn_mask, labels=lab)
-        valid = lab != IGNORE
-        k = int(valid.sum())
-        loss_sum += float(out.loss) * k
-        n += k
-        ys.append(lab[valid].cpu().numpy())
-        ps.append(out.logits[valid].float().cpu().numpy())
-    model.train(was)
-    y, p = np.concatenate(ys), np.concatenate(ps)
+    y, p, loss = labelled_scores(model, windows, batch_size, lambda b: window_labels(b.labels, b.txn_mask, recent_k))
     pr_auc = float(average_precision_score(y, p)) if y.sum() else math.nan
-    return {"loss": loss_sum / max(n, 1), "pr_auc": pr_auc, "acc": pr_auc, "windows": n,
+    return {"loss": loss, "pr_auc": pr_auc, "acc": pr_auc, "windows": len(y),
             "positive_rate": float(y.mean()) if len(y) else math.nan}
