@@ -7,9 +7,10 @@ nothing else in the code base special-cases a family by name.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,14 +84,28 @@ _TRANSFORMERS_KEYS = frozenset({
     "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "add_cross_attention", "tokenizer_class",
     "prefix", "task_specific_params", "finetuning_task", "cross_attention_hidden_size", "tf_legacy_loss",
     "use_bfloat16", "pruned_heads", "layer_types", "rope_scaling", "rope_parameters",
+    # read by PretrainedConfig's post-init (the two internal names are skipped there when a hub config
+    # carries them), or written by from_pretrained's quantizers
+    "experts_implementation", "per_layer_config", "_attn_implementation_internal", "_experts_implementation_internal",
+    "quantization_config",
 })
 
 
+def _generation_keys() -> frozenset[str]:
+    """The generation parameters an older ``config.json`` may carry: PretrainedConfig's post-init drops
+    them (they belong in ``generation_config.json``), reading the names from the same table."""
+    from transformers import GenerationConfig
+
+    table = getattr(GenerationConfig, "_get_default_generation_params", None)
+    return frozenset(table()) if callable(table) else frozenset()
+
+
+@functools.cache
 def config_keys(config_class: type[PretrainedConfig]) -> frozenset[str]:
     """Every key ``config_class`` accepts: its constructor's parameters, the fields its defaults
     serialise, its ``attribute_map`` aliases (``hidden_size`` for Lumen's ``hidden_dim``) and the
-    keys transformers writes into any ``config.json``."""
-    keys = set(_TRANSFORMERS_KEYS) | set(config_class.attribute_map)
+    keys transformers writes into (or reads from) any ``config.json``."""
+    keys = set(_TRANSFORMERS_KEYS) | _generation_keys() | set(config_class.attribute_map)
     for cls in config_class.__mro__:
         init = cls.__dict__.get("__init__")
         if init is not None:
@@ -115,6 +130,24 @@ def check_config_keys(config_class: type[PretrainedConfig], keys: Iterable[str],
         hints.append(f"{key!r}" + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""))
     where = docs or f"the docstring of {config_class.__name__}"
     raise ValueError(f"unknown {what} key(s): {'; '.join(hints)}; fix the key (every field is listed in {where})")
+
+
+def reject_unknown_keys(config: PretrainedConfig, kwargs: Mapping[str, object]) -> None:
+    """The Python side of :func:`check_config_keys`: every family config calls it with the keywords
+    its own signature did not take (from ``__init__``, or ``__post_init__`` for a dataclass-style
+    config), before they reach ``PretrainedConfig``, which would store each one as an attribute that
+    nothing reads. Raises ``ValueError`` for a key the class does not know, with the CLI's message
+    (``unknown lumen config key(s): 'hiden_dim' (did you mean 'hidden_dim'?); ...``); every key
+    transformers passes or writes into ``config.json`` is known (:func:`config_keys`)."""
+    if not kwargs:
+        return
+    cls = type(config)
+    try:
+        name = get_family(cls.model_type).name
+    except ValueError:  # a config class not registered here (e.g. exported as remote code)
+        check_config_keys(cls, kwargs, cls.__name__)
+        return
+    check_config_keys(cls, kwargs, f"{name} config", f"docs/{name}.md")
 
 
 def check_saved_model_type(folder: str | Path) -> Family:

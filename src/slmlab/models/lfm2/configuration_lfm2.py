@@ -9,6 +9,7 @@ import yaml
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
+from ..registry import reject_unknown_keys
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class Lfm2SmallConfig(PretrainedConfig):
         full_attn_idxs: list[int] | None = None,
         **kwargs,
     ) -> None:
+        reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
         kwargs.pop("head_dim", None)  # derived; written by to_dict, recomputed here
         kwargs.pop("effective_intermediate_size", None)
         if layer_order is None:

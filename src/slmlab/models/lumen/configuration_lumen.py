@@ -5,6 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
+from ..registry import reject_unknown_keys
 
 
 class LumenConfig(PretrainedConfig):
@@ -56,6 +57,7 @@ class LumenConfig(PretrainedConfig):
         use_cache: bool = True,
         **kwargs,
     ) -> None:
+        reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
         self.vocab_size = vocab_size
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers

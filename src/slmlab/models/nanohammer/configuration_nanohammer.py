@@ -5,6 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
+from ..registry import reject_unknown_keys
 
 ROTATION_STYLES = ("rotation", "seed")
 
@@ -81,6 +82,7 @@ class NanoHammerConfig(PretrainedConfig):
         hidden_attends_self: bool = True,
         **kwargs,
     ) -> None:
+        reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
         kwargs.pop("auto_map", None)  # the seed's remote-code pointer; our classes are registered locally
         for name, value in (
             ("vocab_size", vocab_size),

@@ -22,6 +22,8 @@ import logging
 
 from transformers import PretrainedConfig
 
+from ..registry import reject_unknown_keys
+
 logger = logging.getLogger(__name__)
 
 # Residual-flow mechanisms that rewrite the residual topology: at most one may be active (seed rule).
@@ -224,7 +226,9 @@ class NeoLLMConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         """Called by the generated ``__init__`` once the fields are assigned, with the keywords that are
         not fields: the seed's derived defaults and checks (``_resolve_and_check``), then transformers'
-        own post-init with those keywords, then the RoPE scaling."""
+        own post-init with those keywords, then the RoPE scaling. An unknown keyword (a typo) raises
+        ``ValueError`` with "did you mean" (:func:`slmlab.models.registry.reject_unknown_keys`)."""
+        reject_unknown_keys(self, kwargs)
         kwargs.pop("auto_map", None)  # a config.json written by the seed's class carries HF bookkeeping
         rope_scaling = self._take_rope_keywords(kwargs)
         self._resolve_and_check()

@@ -6,6 +6,8 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
+from ..registry import reject_unknown_keys
+
 ROPE_LAYOUTS = ("rotate_half", "seed")
 
 # The seed's named sizes, as a table (model code never reads a preset's name): each row is what the
@@ -97,6 +99,7 @@ class PGSMConfig(PretrainedConfig):
         use_cache: bool = True,
         **kwargs: Any,
     ) -> None:
+        reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
         self.vocab_size = vocab_size
         self.block_size = block_size
         self.dim = dim

@@ -1,0 +1,60 @@
+"""Every family's config rejects an unknown keyword in Python too, with the CLI's "did you mean"
+message (``slmlab.models.registry.check_config_keys``), while every key transformers itself passes
+or writes into ``config.json`` still loads: a typo is never stored silently as an unused attribute."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoConfig
+
+import slmlab
+
+FAMILIES = sorted(slmlab.families())
+
+
+def typo_error(name: str, typo: str, meant: str) -> str:
+    return rf"unknown {name} config key\(s\): '{typo}' \(did you mean '{meant}'"
+
+
+def test_the_readme_example_typo_is_refused():
+    with pytest.raises(ValueError, match=typo_error("lumen", "hiden_dim", "hidden_dim")):
+        AutoConfig.for_model("sage_lumen", hiden_dim=3)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_typo_is_refused_by_every_way_of_building_a_config(name, tmp_path):
+    cls = slmlab.get_family(name).config_class
+    match = typo_error(name, "vocab_sise", "vocab_size")
+    with pytest.raises(ValueError, match=match):
+        cls(vocab_sise=3)
+    with pytest.raises(ValueError, match=match):
+        AutoConfig.for_model(cls.model_type, vocab_sise=3)
+    with pytest.raises(ValueError, match=match):
+        cls.from_dict({**cls().to_dict(), "vocab_sise": 3})
+    (tmp_path / "config.json").write_text(json.dumps({**cls().to_dict(), "vocab_sise": 3}))
+    with pytest.raises(ValueError, match=match):
+        AutoConfig.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"unknown .* 'zzz_not_a_field'; fix the key"):  # no close match: no hint
+        cls(zzz_not_a_field=1)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_what_transformers_writes_and_passes_still_loads(name, tmp_path):
+    cls = slmlab.get_family(name).config_class
+    cfg = cls()
+    saved = cfg.to_dict()
+    assert cls.from_dict(saved).to_dict() == saved
+    assert cls(**saved).to_dict() == saved
+    cfg.save_pretrained(tmp_path)
+    back = AutoConfig.from_pretrained(tmp_path, attn_implementation="eager", dtype="float32")
+    assert type(back) is cls
+    assert {k: v for k, v in back.to_dict().items() if k not in ("_name_or_path", "dtype")} == {
+        k: v for k, v in saved.items() if k not in ("_name_or_path", "dtype")}
+    # bookkeeping transformers (or an older version, or the seeds' classes) puts into a config
+    cls(architectures=["X"], transformers_version="4.57.1", torch_dtype="float32", dtype="float32", name_or_path="x",
+        _commit_hash="abc", attn_implementation="sdpa", output_attentions=False, num_labels=2, max_length=20,
+        auto_map={"AutoConfig": "configuration_x.XConfig"}, use_cache=False, is_decoder=True)
+    for alias, field in cls.attribute_map.items():  # the documented aliases
+        assert getattr(cls(**{alias: getattr(cfg, field)}), field) == getattr(cfg, field)
