@@ -103,3 +103,53 @@ def test_train_log_to_a_pipe_is_plain_lines(corpus, tmp_path):
     progress = [line for line in log.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in progress] == ["2/6", "4/6", "6/6"]
     assert "validation bits per byte" in log
+
+
+def test_eval_shows_its_progress_on_stderr(corpus, tmp_path, capsys):
+    """Regression: ``slmlab eval`` printed nothing until it finished. Off a terminal it writes plain
+    progress lines (batches done / total, tokens/s) on stderr, never a '\\r'; stdout keeps the result."""
+    import re
+
+    out = tmp_path / "run"
+    assert cli.main(["train", *base_args(corpus, out), "--steps", "1", "sample_tokens=0"]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", str(out), "--json", "--batch-size", "2"]) == 0
+    cap = capsys.readouterr()
+    result = json.loads(cap.out)  # stdout: the one JSON line only
+    total = -(-result["examples"] // 2)
+    lines = [line for line in cap.err.splitlines() if line.startswith("eval batch ")]
+    assert lines and "\r" not in cap.err
+    done = [re.match(r"eval batch (\d+)/(\d+)  tok/s [\d,]+  eta \S+$", line) for line in lines]
+    assert all(done), lines
+    assert {int(m.group(2)) for m in done} == {total} and int(done[-1].group(1)) == total
+    assert cli.main(["eval", str(out), "--json", "--batch-size", "2", "--no-progress"]) == 0
+    assert "eval batch" not in capsys.readouterr().err
+
+
+def test_eval_progress_is_a_live_bar_on_a_terminal():
+    import io
+
+    from slmlab.train.progress import Progress
+
+    stream = io.StringIO()
+    bar = Progress(3, live=True, stream=stream, desc="eval", unit="batch", label="eval batch")
+    for i in range(1, 4):
+        bar.advance(i, 100, 0.01)
+    bar.close()
+    text = stream.getvalue()
+    assert "\r" in text and "eval" in text and "3/3" in text and "tok_s" in text
+
+
+def test_the_reports_whole_split_evaluation_shows_progress_too(corpus, tmp_path, capsys):
+    """The report's final figure is a pass over the whole validation split (as long as ``slmlab eval``);
+    with progress on, it counts its batches like the training steps before it."""
+    import re
+
+    out = tmp_path / "run"
+    args = [a for a in base_args(corpus, out) if a != "progress=false"]
+    assert cli.main(["train", *args, "--steps", "2", "sample_tokens=0"]) == 0
+    printed = capsys.readouterr().out
+    lines = re.findall(r"^final eval batch (\d+)/(\d+)  tok/s", printed, flags=re.M)
+    assert lines and lines[-1][0] == lines[-1][1]
+    assert cli.main(["train", *base_args(corpus, tmp_path / "quiet"), "--steps", "2", "sample_tokens=0"]) == 0
+    assert "final eval" not in capsys.readouterr().out  # progress=false: none

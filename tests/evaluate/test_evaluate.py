@@ -66,3 +66,29 @@ def test_bits_per_byte_and_empty_evaluation():
     assert bits_per_byte(1.0, None) is None
     with pytest.raises(ValueError, match="no scored positions"):
         evaluate_batches(Oracle({}), [{"input_ids": torch.tensor([[1, 2]]), "labels": torch.tensor([[-100, -100]])}])
+
+
+def test_progress_hears_every_batch_with_its_tokens():
+    """``slmlab eval`` draws its progress from this callback: batches done, the batch's tokens and seconds."""
+    from slmlab.evaluate.lm import count_eval_batches, evaluate_source
+
+    ids = torch.tensor([[1, 3, 7, 0]] * 5)
+    heard = []
+
+    class Source:
+        def eval_batches(self, split, batch_size, max_batches=None):
+            rows = range(0, 5, batch_size)
+            for i, start in enumerate(rows):
+                if max_batches is not None and i >= max_batches:
+                    return
+                part = ids[start:start + batch_size]
+                yield {"input_ids": part, "labels": part.clone()}
+
+        def bytes_per_token(self, split):
+            return 2.0
+
+    assert count_eval_batches(Source(), "validation", 2) == 3
+    assert count_eval_batches(Source(), "validation", 2, max_batches=2) == 2
+    out = evaluate_source(Oracle({3: 7}), Source(), "validation", 2, progress=lambda *a: heard.append(a))
+    assert [(done, tokens) for done, tokens, _ in heard] == [(1, 8), (2, 8), (3, 4)]
+    assert all(seconds >= 0 for *_, seconds in heard) and out["bits_per_byte"] > 0

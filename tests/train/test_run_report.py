@@ -123,3 +123,20 @@ def test_training_curves_overlay_runs_for_comparisons(tmp_path):
     assert path.read_bytes()[:8] == PNG_MAGIC
     empty = training_curves({"": []}, tmp_path / "empty.png")  # no records yet: still a figure
     assert empty.stat().st_size > 0
+
+
+def test_a_run_stopped_by_the_time_cap_is_reported_incomplete(corpus, tmp_path, capsys):
+    """A run that ``max_time`` stopped before ``max_steps`` says so in report.json, report.md and on
+    stderr: its numbers are not those of the configured run."""
+    out = tmp_path / "run"
+    assert cli.main(["train", *args_for(corpus, out, "sample_tokens=0", "max_time=1e-9"), "--steps", "5"]) == 0
+    capped = "stopped by the max_time safety cap at step 1 of 5; the result is not the configured run"
+    report = json.loads((out / "report.json").read_text())
+    assert report["steps"] == 1 and report["stop_reason"] == capped
+    assert report["incomplete"] is True
+    md = (out / "report.md").read_text()
+    assert md.splitlines()[2].startswith("**Incomplete run**") and capped in md
+    assert capped in capsys.readouterr().err
+    assert cli.main(["train", *args_for(corpus, out, "sample_tokens=0"), "--resume", "--steps", "5"]) == 0  # finishes
+    report = json.loads((out / "report.json").read_text())
+    assert report["steps"] == 5 and report["incomplete"] is False and "Incomplete" not in (out / "report.md").read_text()

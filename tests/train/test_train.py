@@ -297,3 +297,36 @@ def test_gradient_checkpointing_option_trains_the_same_steps(tmp_path):
     assert ckpt.losses == pytest.approx(plain.losses, abs=1e-6)
     with pytest.raises(ValueError, match="gradient_checkpointing"):
         load_config([], ["gradient_checkpointing=sometimes"])
+
+
+# -- max_steps is the budget; max_time only a safety cap that says so -------------------------------
+CAPPED = "stopped by the max_time safety cap at step 1 of 6; the result is not the configured run"
+
+
+def test_max_time_is_a_safety_cap_that_says_so(tmp_path, capfd):
+    """Regression: the quickstart's time budget ended a 1,500-step run at step 141 with nothing but
+    'time budget of 600 s reached'. The cap still stops the run (with a checkpoint), and the progress
+    output says plainly that the result is not the configured run."""
+    trainer = run(make_cfg(tmp_path, "max_steps=6", "max_time=1e-9", "progress=true", "log_every=1"))
+    assert trainer.state.step == 1 and trainer.state.stop_reason == CAPPED
+    assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == ["step_000001"]
+    out = capfd.readouterr().out
+    assert CAPPED in out and "max_time" in out.split(CAPPED, 1)[1].splitlines()[0]  # and how to finish it
+
+
+def test_without_the_cap_a_run_ends_at_max_steps(tmp_path):
+    trainer = run(make_cfg(tmp_path, "max_steps=3"))
+    assert trainer.state.step == 3 and trainer.state.stop_reason == "max_steps reached"
+
+
+def test_quickstart_is_bounded_by_steps_with_a_generous_safety_cap():
+    """configs/quickstart.yaml: max_steps is its budget; max_time, if set, is an hour or more (a cap
+    that a slow machine does not reach), never the 10 minutes that cut a run to a tenth of its steps."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+    cfg = load_config([path])
+    assert cfg.max_steps == 1500
+    assert cfg.max_time == 0 or cfg.max_time >= 3600, f"quickstart max_time={cfg.max_time}: steps must be its budget"
+    line = next(line for line in path.read_text().splitlines() if line.startswith("max_time:"))
+    assert "safety cap" in line

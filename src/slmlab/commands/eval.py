@@ -18,7 +18,9 @@ def eval_command(argv: list[str]) -> int:
       slmlab eval runs/mqar/checkpoints/step_003000 --data mqar:cpu --split test --json
     The tokenizer saved with the checkpoint is used; the block size defaults to the context the
     model was trained on, the data cache to the run's own (run.yaml beside the weights). Synthetic
-    tasks also print accuracy per group.
+    tasks also print accuracy per group. Progress (batches done / total, tokens/s, eta) goes to
+    stderr: a live bar on a terminal, a plain line every tenth of the batches or 30 s otherwise
+    (--no-progress: none); stdout holds only the result.
 
     lm-evaluation-harness tasks (extra: pip install "slmlab[eval]"):
       slmlab eval runs/quickstart --tasks arc_easy,piqa --limit 100
@@ -35,6 +37,7 @@ def eval_command(argv: list[str]) -> int:
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     p.add_argument("--tasks", metavar="T1,T2", help="lm-evaluation-harness tasks (names, patterns or .yaml files)")
     p.add_argument("--include-path", metavar="DIR", help="a folder of extra lm-eval task YAMLs (with --tasks)")
     p.add_argument("--limit", metavar="N", help="documents per task, or a fraction below 1 (with --tasks)")
@@ -44,7 +47,7 @@ def eval_command(argv: list[str]) -> int:
         raise ValueError("--include-path, --limit and --num-fewshot apply to lm-eval tasks; add --tasks T1,T2")
     if args.tasks is not None:
         return _tasks_command(args)
-    from ..evaluate.lm import evaluate_source, family_forward_inputs
+    from ..evaluate.lm import count_eval_batches, evaluate_source, family_forward_inputs
     from ..train.precision import autocast_factory
     from ..train.run import open_data
     from ..train.saved import load_for_inference
@@ -61,8 +64,15 @@ def eval_command(argv: list[str]) -> int:
     cache = run_cfg.get("data_cache")
     source = open_data(data, tokenizer, block, Path(cache) if cache else None, run_cfg.get("data_errors", "strict"),
                        run_cfg.get("seed", 0))
-    result = evaluate_source(model, source, args.split, args.batch_size, args.max_batches,
-                             family_forward_inputs(model), dev, autocast_factory(dev))
+    progress = eval_progress(count_eval_batches(source, args.split, args.batch_size, args.max_batches),
+                             not args.no_progress)
+    progress.write(f"slmlab eval: {ckpt} on {data} ({args.split}): {progress.total} batches of {args.batch_size}"
+                   f" sequences of {source.seq_len} tokens on {dev}")
+    try:
+        result = evaluate_source(model, source, args.split, args.batch_size, args.max_batches,
+                                 family_forward_inputs(model), dev, autocast_factory(dev), progress=progress.advance)
+    finally:
+        progress.close()
     result = {"checkpoint": str(ckpt), "data": data, "split": args.split, **result}
     if args.json:
         print(json.dumps(result))
@@ -76,6 +86,18 @@ def eval_command(argv: list[str]) -> int:
         else:
             print(f"{key:<22}{value}")
     return 0
+
+
+def eval_progress(total: int, enabled: bool = True):
+    """The progress display of an evaluation of ``total`` batches, on stderr (stdout holds the result):
+    the training display (:class:`slmlab.train.progress.Progress`) counting batches, a line every
+    tenth of them (or 30 s) off a terminal."""
+    import sys
+
+    from ..train.progress import Progress
+
+    return Progress(total, enabled=enabled, every_steps=max(1, total // 10), stream=sys.stderr, desc="eval",
+                    unit="batch", label="eval batch")
 
 
 def context_window(model, trained: int | None, requested: int | None = None) -> int:

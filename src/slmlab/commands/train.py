@@ -18,6 +18,9 @@ def train_command(argv: list[str]) -> int:
     Writes out_dir/{run.yaml, checkpoints/step_*/, metrics.jsonl, tb/, report.json, report.md}.
     One run holds out_dir at a time (out_dir/.lock). --resume refuses changes to the model, data,
     seed, tokenizer or sequence layout (see the diff it prints) unless --allow-change FIELD.
+    max_steps is the run's budget; max_time (seconds of training, 0 = none) is only a safety cap: a run
+    it stops early says "stopped by the max_time safety cap at step N of M" and its report is marked
+    incomplete (raise max_time and --resume to finish).
     Exit status: 0 done; 1 the loss or weights diverged (the message names the step and the last
     good checkpoint); 2 an error in the input; 130 Ctrl-C / 143 SIGTERM (a checkpoint was saved).
     """
@@ -39,7 +42,7 @@ def train_command(argv: list[str]) -> int:
     from ..train.lock import RunLock
     from ..train.run import build_trainer, format_report, write_report
     from ..train.signals import exit_status, sigterm_as_interrupt
-    from ..train.trainer import TrainingDiverged
+    from ..train.trainer import TIME_CAP_ADVICE, TrainingDiverged, stopped_by_time_cap
 
     files, overrides = split_items(args.items)
     for key, value in (("model", args.model), ("data", args.data), ("out_dir", args.out), ("max_steps", args.steps)):
@@ -67,6 +70,8 @@ def train_command(argv: list[str]) -> int:
     status = exit_status(trainer.state.stop_reason)
     if status:
         print(f"slmlab train: {trainer.state.stop_reason}; resume with --resume", file=sys.stderr)
+    elif stopped_by_time_cap(trainer.state.stop_reason):
+        print(f"slmlab train: {trainer.state.stop_reason}; {TIME_CAP_ADVICE}", file=sys.stderr)
     return status
 
 

@@ -13,8 +13,9 @@ fraction of examples with every scored position right; ``acc_by_group`` splits `
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 
 import torch
@@ -51,6 +52,7 @@ def evaluate_batches(
     device: torch.device | str = "cpu",
     autocast=None,
     keep_rows: bool = False,
+    progress: Callable[[int, int, float], None] | None = None,
 ) -> dict:
     """Loss / perplexity / accuracy of ``model`` over ``batches``.
 
@@ -64,6 +66,8 @@ def evaluate_batches(
             ``slmlab.train.precision.autocast_factory(device, precision)``, one choice for both.
         keep_rows: also return ``rows``: per example with a scored position, ``correct`` and
             ``scored`` counts (and ``group``), for confidence intervals over examples.
+        progress: called after every batch with ``(batches done, the batch's input tokens, its
+            seconds)``; ``slmlab eval`` draws its progress from it (:class:`slmlab.train.progress.Progress`).
     Returns:
         ``{"loss", "ppl", "tokens", "acc", "token_acc", "exact", "examples"}`` plus
         ``acc_by_group`` when batches carry ``group`` and ``rows`` when asked.
@@ -77,13 +81,18 @@ def evaluate_batches(
     groups: dict[int, list[float]] = defaultdict(list)
     rows_out: dict[str, list[int]] = {"correct": [], "scored": [], "group": []}
     try:
-        for batch in batches:
+        for done, batch in enumerate(batches, 1):
+            start = time.perf_counter()
             ctx = autocast() if autocast is not None else nullcontext()
             with ctx:
                 out = model(**model_inputs(batch, forward_inputs, device), use_cache=False)
             logits = out.logits[:, :-1].float()
             target = batch["labels"][:, 1:].to(device)
             scored = target != -100
+            if progress is not None:
+                mask = batch.get("attention_mask")
+                progress(done, int(mask.sum()) if mask is not None else batch["input_ids"].numel(),
+                         time.perf_counter() - start)
             if not scored.any():
                 continue
             safe = target.clamp(min=0)
@@ -142,13 +151,22 @@ def evaluate_source(
     forward_inputs: Iterable[str] = (),
     device: torch.device | str = "cpu",
     autocast=None,
+    progress: Callable[[int, int, float], None] | None = None,
 ) -> dict:
     """:func:`evaluate_batches` over ``source.eval_batches(split, ...)``, plus ``bits_per_byte`` for
-    text corpora (from ``source.bytes_per_token(split)``)."""
+    text corpora (from ``source.bytes_per_token(split)``); ``progress`` as in :func:`evaluate_batches`
+    (:func:`count_eval_batches` is its total)."""
     result = evaluate_batches(
-        model, source.eval_batches(split, batch_size, max_batches), forward_inputs, device, autocast
+        model, source.eval_batches(split, batch_size, max_batches), forward_inputs, device, autocast,
+        progress=progress,
     )
     bpb = bits_per_byte(result["loss"], source.bytes_per_token(split))
     if bpb is not None:
         result["bits_per_byte"] = bpb
     return result
+
+
+def count_eval_batches(source, split: str = "validation", batch_size: int = 16, max_batches: int | None = None) -> int:
+    """How many batches ``evaluate_source`` will run (a progress display's total): one pass over
+    ``source.eval_batches`` without the model, which costs little next to the model's pass."""
+    return sum(1 for _ in source.eval_batches(split, batch_size, max_batches))

@@ -102,8 +102,11 @@ class RunConfig:
         batch_size: sequences per micro-batch per rank; the global batch is
             ``batch_size * grad_accum * world_size``.
         grad_accum: micro-batches per optimiser step.
-        max_steps: optimiser steps.
-        max_time: stop (with a checkpoint) after this many seconds of training (0 = no limit).
+        max_steps: optimiser steps: the run's budget (the schedule, the ETA and the report are for it).
+        max_time: a safety cap only (0 = none): stop (with a checkpoint) once the run has trained
+            this many seconds, summed over its sessions; a run it stops before ``max_steps`` says
+            "stopped by the max_time safety cap at step N of M; the result is not the configured
+            run" and its report is marked incomplete.
         seed: model init, data order and sampling.
         precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``fp32`` or ``bf16``.
         compile: wrap the model in ``torch.compile``.

@@ -18,7 +18,7 @@ from .config import RunConfig
 from .distributed import DistInfo, barrier, init_distributed
 from .environment import resolve_device
 from .saved import load_saved_model, saved_run_config
-from .trainer import Trainer
+from .trainer import TIME_CAP_ADVICE, Trainer, stopped_by_time_cap
 
 
 def _cache_dir(cfg: RunConfig) -> Path | None:
@@ -265,7 +265,8 @@ def final_validation(trainer: Trainer) -> tuple[dict, dict]:
     tasks and custom evaluators keep their last periodic result, with its size named. Either way
     ``final`` says its ``scope``, ``tokens`` and ``step``.
     """
-    from ..evaluate.lm import evaluate_source
+    from ..evaluate.lm import count_eval_batches, evaluate_source
+    from .progress import Progress
     from .signals import exit_status
 
     cfg, st = trainer.cfg, trainer.state
@@ -277,8 +278,16 @@ def final_validation(trainer: Trainer) -> tuple[dict, dict]:
                 "scope": f"first {cfg.eval_batches} batches of {bs} sequences" if subset else "whole validation split"}
     text = trainer.evaluator is None and not trainer.source.is_synthetic
     if subset and text and exit_status(st.stop_reason) == 0 and last:
-        final = evaluate_source(trainer.model, trainer.source, "validation", bs, None, trainer.forward_inputs,
-                                trainer.device, trainer.autocast)
+        show = cfg.progress and trainer.dist.is_main  # the pass is as long as `slmlab eval`: show it
+        total = count_eval_batches(trainer.source, "validation", bs) if show else 0
+        progress = Progress(total, enabled=show, every_steps=max(1, total // 10), desc="final eval", unit="batch",
+                            label="final eval batch")
+        progress.write(f"final validation on the whole split: {total} batches of {bs} sequences")
+        try:
+            final = evaluate_source(trainer.model, trainer.source, "validation", bs, None, trainer.forward_inputs,
+                                    trainer.device, trainer.autocast, progress=progress.advance)
+        finally:
+            progress.close()
         final = {k: v for k, v in final.items() if k != "acc_by_group"}
         return {**final, "scope": "whole validation split", "step": st.step, "measured_at_end": True}, periodic
     step = _last_eval_step(trainer)
@@ -323,6 +332,7 @@ def write_report(trainer: Trainer) -> dict:
         "data": cfg.data,
         "steps": st.step,
         "stop_reason": st.stop_reason,
+        "incomplete": is_incomplete(st.stop_reason),
         "tokens_seen": st.tokens_seen,
         "tokens_per_s": trainer.tokens_per_s,
         "train_time_s": st.train_time_s,
@@ -345,6 +355,27 @@ def write_report(trainer: Trainer) -> dict:
     return report
 
 
+def is_incomplete(stop_reason: str) -> bool:
+    """Whether a run that stopped for ``stop_reason`` is not the configured run: the ``max_time``
+    safety cap or a Ctrl-C / SIGTERM ended it before ``max_steps`` (an early stop on accuracy is a
+    deliberate end)."""
+    from .signals import exit_status
+
+    return stopped_by_time_cap(stop_reason) or exit_status(stop_reason) != 0
+
+
+def incomplete_note(report: dict) -> str | None:
+    """The report's warning line for an incomplete run (None for a complete one)."""
+    reason = report.get("stop_reason", "")
+    if not report.get("incomplete"):
+        return None
+    if stopped_by_time_cap(reason):
+        return f"**Incomplete run**: {reason}; {TIME_CAP_ADVICE}."
+    total = (report.get("config") or {}).get("max_steps", "?")
+    return (f"**Incomplete run**: {reason} at step {report['steps']} of {total}; the result is not the configured"
+            " run; rerun with --resume to finish.")
+
+
 def _tokens(n) -> str:
     return f"{n:,} tokens" if isinstance(n, int) else "? tokens"
 
@@ -352,9 +383,11 @@ def _tokens(n) -> str:
 def format_report(report: dict) -> str:
     ev = report.get("final_eval") or {}
     periodic = report.get("periodic_eval") or {}
+    note = incomplete_note(report)
     lines = [
         f"# Run report: {report['model']} on {report['data']}",
         "",
+        *([note, ""] if note else []),
         f"- parameters: {report['parameters']:,}",
         f"- steps: {report['steps']} ({report['stop_reason']})",
         f"- tokens seen: {report['tokens_seen']:,} at {report['tokens_per_s']:,.0f} tokens/s ({report['train_time_s']:.0f} s)",

@@ -34,6 +34,21 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN/inf; the message names the step and the last good checkpoint."""
 
 
+# ``max_steps`` is a run's budget; ``max_time`` only a safety cap. A run the cap stops before its last
+# step says so in these words (progress output, stop_reason, report), and its report is incomplete.
+TIME_CAP = "stopped by the max_time safety cap"
+TIME_CAP_ADVICE = "raise max_time (0 = no cap) and rerun with --resume to finish"
+
+
+def time_cap_reason(step: int, max_steps: int) -> str:
+    """The ``stop_reason`` of a run the ``max_time`` safety cap stopped at ``step`` of ``max_steps``."""
+    return f"{TIME_CAP} at step {step} of {max_steps}; the result is not the configured run"
+
+
+def stopped_by_time_cap(stop_reason: str) -> bool:
+    return stop_reason.startswith(TIME_CAP)
+
+
 @dataclass(frozen=True)
 class StepResult:
     """The numbers of one optimiser step (what :meth:`Trainer.train_step` returns)."""
@@ -258,7 +273,8 @@ class Trainer:
         return self._every(self.cfg.checkpoint_every) and not self._done
 
     def _over_time_budget(self) -> bool:
-        """Whether any rank's training time reached ``max_time`` (a collective: every rank, every step)."""
+        """Whether any rank's training time (over every session of the run) reached the ``max_time``
+        safety cap (a collective: every rank, every step)."""
         over = bool(self.cfg.max_time) and self.state.train_time_s >= self.cfg.max_time
         return broadcast_flag(over, self.dist)
 
@@ -299,7 +315,8 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------
     def train(self) -> TrainState:
-        """Run until ``max_steps``, the time budget, early stop, Ctrl-C or divergence.
+        """Run until ``max_steps`` (the budget), early stop, Ctrl-C, divergence or the ``max_time``
+        safety cap (which says so: :func:`time_cap_reason`).
 
         Raises:
             TrainingDiverged: loss NaN/inf (no checkpoint is written for the bad step).
@@ -326,8 +343,10 @@ class Trainer:
                     result, evaluated_at = self._log_eval(metrics), st.step
                     progress.write(f"step {st.step}: " + _format_eval(result))
                     self._early_stop(result)
-                if self._over_time_budget() and not st.stop_reason:
-                    st.stop_reason = f"time budget of {cfg.max_time:.0f} s reached"
+                if self._over_time_budget() and not st.stop_reason and st.step < cfg.max_steps:
+                    st.stop_reason = time_cap_reason(st.step, cfg.max_steps)
+                    progress.write(f"{st.stop_reason}: its {cfg.max_time:g} s of training time ran out;"
+                                   f" {TIME_CAP_ADVICE}")
                 if st.stop_reason:
                     break
                 if self.checkpoint_due():
