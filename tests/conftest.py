@@ -17,6 +17,24 @@ for _folder in sorted({os.path.dirname(os.path.join(root, f)) for root, _, files
 torch.set_num_threads(1)
 
 
+# Every cache location slmlab reads (grep CACHE in src/slmlab): data, token caches and tokenizers
+# ($SLMLAB_CACHE, slmlab.data.paths), the `slmlab models` table ($SLMLAB_CACHE_DIR, else $XDG_CACHE_HOME,
+# slmlab.commands.models). XDG_CACHE_HOME also moves other libraries' default caches off the home folder.
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory):
+    """One cache folder per test session, under pytest's temporary folder: the suite never writes into
+    the user's ~/.cache/slmlab. Set in os.environ, so every subprocess a test starts inherits it
+    (tests/commands/test_cli_cache_isolation.py checks both)."""
+    root = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, folder in (("SLMLAB_CACHE", root / "slmlab"), ("SLMLAB_CACHE_DIR", root / "slmlab"),
+                             ("XDG_CACHE_HOME", root)):
+            patch.setenv(name, str(folder))
+        yield root
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -18,8 +18,8 @@ def models_command(argv: list[str]) -> int:
     Counts come from building each preset on the meta device. Building needs torch and every family
     (seconds to import), so the table is kept in a cache file keyed by a hash of the model code
     (src/slmlab/models, src/slmlab/layers): later calls answer without importing torch, and any change
-    to that code recomputes it. The cache lives in $SLMLAB_CACHE_DIR, else $XDG_CACHE_HOME/slmlab, else
-    ~/.cache/slmlab; --no-cache skips it.
+    to that code recomputes it. The cache lives in $SLMLAB_CACHE_DIR, else $SLMLAB_CACHE (the data cache),
+    else $XDG_CACHE_HOME/slmlab, else ~/.cache/slmlab; --no-cache skips it.
     """
     p = command_parser(models_command, "models")
     p.add_argument("--family", help="only this family")
@@ -78,9 +78,15 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:20]
 
 
+DATA_CACHE_ENV = "SLMLAB_CACHE"  # slmlab.data.paths.CACHE_ENV: the data layer's cache, read here without importing it
+
+
 def cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
+    """``$SLMLAB_CACHE_DIR``, else ``$SLMLAB_CACHE`` (where the data layer caches), else
+    ``$XDG_CACHE_HOME/slmlab``, else ``~/.cache/slmlab``."""
+    for name in (CACHE_ENV, DATA_CACHE_ENV):
+        if os.environ.get(name):
+            return Path(os.environ[name])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "slmlab"
 
