@@ -46,9 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not argv or argv[0] in ("-h", "--help", "help"):
         print("usage: slmlab <command> [args]\n\ncommands:")
+        width = max(len(name) for name in COMMANDS) + 2  # every name, however long, then two spaces or more
         for name, target in COMMANDS.items():
             doc = (_resolve(target).__doc__ or "").strip().splitlines()
-            print(f"  {name:<12}{doc[0] if doc else ''}")
+            print(f"  {name:<{width}}{doc[0] if doc else ''}".rstrip())
         print("\n`slmlab <command> --help` for a command's options; --debug (or SLMLAB_DEBUG=1) shows tracebacks;"
               " --version prints the version.")
         return 0
