@@ -193,7 +193,7 @@ DEFAULT_BEHAVIOUR = BehaviourConfig()
 
 @dataclass
 class SynthConfig:
-    """Generator settings (``configs/synth.yaml``; presets ``tiny``, ``small``, ``default``); how
+    """Generator settings (``configs/synth.yaml``; presets ``tiny``, ``small``, ``default``, ``large``); how
     customers and fraudsters behave is :attr:`behaviour` (a :class:`BehaviourConfig`, or a mapping of
     its fields to override)."""
 
@@ -375,6 +375,15 @@ def _pick(rng, pool: np.ndarray, n: int) -> np.ndarray:
     return pool[rng.integers(0, len(pool), n)]
 
 
+def day_factors(behaviour: BehaviourConfig, start_weekday: int, start_dom: np.ndarray) -> np.ndarray:
+    """Each day's spending factor (weekday x payday), for days starting on weekday ``start_weekday``
+    (Monday = 0) whose days of the month are ``start_dom``: a customer's expected legitimate count on
+    day ``d`` is its rate times ``factor[d]``."""
+    days = np.arange(len(start_dom))
+    payday = np.where(np.isin(start_dom, (1, 2, 15, 16)), behaviour.payday_boost, 1.0)
+    return WEEKDAY_FACTOR[(start_weekday + days) % 7] * payday
+
+
 class _Customer:
     """Profile + generator of one customer (all draws from its own stream)."""
 
@@ -403,7 +412,7 @@ class _Customer:
         bh = cfg.behaviour
         nd = cfg.n_days
         days = np.arange(nd)
-        factor = WEEKDAY_FACTOR[(start_weekday + days) % 7] * np.where(np.isin(start_dom, (1, 2, 15, 16)), bh.payday_boost, 1.0)
+        factor = day_factors(bh, start_weekday, start_dom)
         self.expected = float(self.rate * factor.sum())
         counts = rng.poisson(self.rate * factor)
         city_of_day = np.full(nd, self.home)
@@ -706,6 +715,56 @@ def world_of(cfg: SynthConfig) -> World:
     """The world (cities, merchants, compromised merchants) that :func:`generate` builds for ``cfg``."""
     s_world, s_merch, _, _ = _streams(cfg.validate())
     return build_world(cfg, np.random.default_rng(s_world), np.random.default_rng(s_merch))
+
+
+def _mean_int(r: tuple[int, int]) -> float:
+    """Mean of numpy's ``integers(lo, hi)``: ``(lo + hi - 1) / 2``."""
+    return (r[0] + r[1] - 1) / 2
+
+
+def expected_fraud_counts(cfg: SynthConfig, first_day: float = 0.0, last_day: float | None = None) -> dict[str, dict]:
+    """How much fraud the bank of ``cfg`` holds in its days ``[first_day, last_day)`` (default: to the end),
+    per pattern, without generating a customer: ``pattern -> {"cases", "frauds", "exact"}``.
+
+    Card testing is exact (``exact: True``): its campaigns are drawn once for the bank from the seed, so
+    its cases (victims with an attempt or cash-out in the days) and frauds (those transactions) are
+    counted. The other three are expectations over the customers' draws: customer ``i`` draws
+    ``Poisson(share x target rate x expected legitimate count / CASE_SIZE)`` cases of a pattern, whose
+    mean over the archetypes (the rate multiplier has mean 1) is used; a case counts when it starts in the
+    days (account takeover, lost/stolen: start uniform over the bank; counterfeit: the exposure uniform
+    in a compromise window of the bank's world, the spree 3-30 days later), times its mean number of
+    fraudulent transactions. A case that starts before ``first_day`` and runs into it is not counted, so
+    the expected cases of a period are slightly low. Cheap (the world and the campaigns only): it sizes
+    presets (``large``: the test period's fraud) and a test checks it against generated banks.
+    """
+    cfg.validate()
+    bh = cfg.behaviour
+    lo, hi = float(first_day), float(cfg.n_days if last_day is None else last_day)
+    s_world, s_merch, s_fraud, _ = _streams(cfg)
+    world = build_world(cfg, np.random.default_rng(s_world), np.random.default_rng(s_merch))
+    out: dict[str, dict] = {}
+    cases = frauds = 0
+    for evs in _card_testing(cfg, world, np.random.default_rng(s_fraud)).values():
+        for ev in evs:
+            k = int(((ev["t"] >= lo * 86400) & (ev["t"] < hi * 86400) & (ev["t"] < cfg.n_days * 86400)).sum())
+            cases, frauds = cases + (k > 0), frauds + k
+    out["card_testing"] = {"cases": float(cases), "frauds": float(frauds), "exact": True}
+    start = pd.Timestamp(cfg.start, tz="UTC")
+    dom = pd.date_range(start, periods=cfg.n_days, freq="D").day.to_numpy()
+    legit = np.mean([a[0] for a in ARCHETYPES.values()]) * day_factors(bh, start.weekday(), dom).sum()
+    uniform = max(0.0, min(hi, cfg.n_days) - max(lo, 0.0)) / cfg.n_days
+    share = {"account_takeover": uniform, "lost_stolen": uniform, "counterfeit_after_compromise": 0.0}
+    if len(world.compromised):  # spree start uniform in [s + d, e + d) days for window [s, e) and delay d
+        d = np.arange(*bh.cf_delay_days)[None, :]
+        s, e = world.compromised[:, 1:2].astype(float), world.compromised[:, 2:3].astype(float)
+        overlap = np.clip(np.minimum(e + d, min(hi, cfg.n_days)) - np.maximum(s + d, lo), 0, None)
+        share["counterfeit_after_compromise"] = float((overlap / (e - s)).mean())
+    size = {"account_takeover": _mean_int(bh.ato_purchases) + bh.ato_verification_share,
+            "counterfeit_after_compromise": _mean_int(bh.cf_purchases), "lost_stolen": _mean_int(bh.ls_purchases)}
+    for p in ("account_takeover", "counterfeit_after_compromise", "lost_stolen"):
+        n = cfg.n_customers * cfg.pattern_mix.get(p, 0) * cfg.target_fraud_rate * legit / CASE_SIZE[p] * share[p]
+        out[p] = {"cases": float(n), "frauds": float(n * size[p]), "exact": False}
+    return {p: out[p] for p in PATTERNS}
 
 
 def blocks_to_frame(blocks: list[dict], w: World, cfg: SynthConfig, customer: int, first_k: int,
