@@ -176,6 +176,7 @@ def test_similarity_view_neighbours_and_knn(state, cid):
 
 
 def test_baselines_and_model_views(state):
+    assert all(np.isfinite(t) for t in state.thresholds.values())  # set by validation negatives, never inf
     b = demo.baselines_view(state)
     if b.message:  # no test-period fraud in this bank
         assert b.table.empty

@@ -159,13 +159,13 @@ def test_criteria_rules_on_hand_made_results():
         boot = {"stacked - hgb_rolling": {"pr_auc": list(ci), "recall_at_fpr_0.1pct": [0.0, 0.1]}}
         return {"models": models, "bootstrap": boot}
 
-    def met(r):
-        return usefulness_criteria(r)[0]["met"]
+    def verdict(r):
+        return usefulness_criteria(r)[0]["verdict"]
 
-    assert met(res(0.64, 0.60))  # +0.04, CI above 0
-    assert not met(res(0.64, 0.60, ci=(-0.01, 0.1)))  # CI includes 0
-    assert not met(res(0.62, 0.60))  # +0.02 only
-    assert met(res(0.62, 0.60, ra=0.56, ci=(-0.01, 0.1)))  # the recall branch: +0.06
+    # decided on the CIs (the recall CI here is [0.0, 0.1], straddling its +0.05), not on the point differences
+    assert verdict(res(0.64, 0.60, ci=(0.031, 0.1))) == "met"  # the PR-AUC CI above +0.03
+    assert verdict(res(0.64, 0.60)) == "undecided"  # +0.04, but the CI [0.01, 0.1] straddles +0.03
+    assert verdict(res(0.62, 0.60, ra=0.56, ci=(-0.01, 0.02))) == "undecided"  # the recall CI straddles +0.05
     assert usefulness_criteria({"models": {}, "bootstrap": {}}) == []
 
 

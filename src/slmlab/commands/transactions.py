@@ -50,7 +50,7 @@ def transactions_command(argv: list[str]) -> int:
     parser = command_parser(transactions_command, "transactions")
     sub = parser.add_subparsers(dest="sub", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
     g = sub.add_parser("generate", help="write a synthetic bank")
-    g.add_argument("--preset", default="tiny", help="tiny | small | default (configs/synth.yaml)")
+    g.add_argument("--preset", default="tiny", help="tiny | small | default | large (configs/synth.yaml)")
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--out", required=True)
     g.add_argument("--format", default="parquet", choices=("parquet", "csv"))

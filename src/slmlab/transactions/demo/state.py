@@ -46,7 +46,8 @@ class DemoState:
         test_scores: model name -> test-period scores (``hgb_raw``, ``hgb_rolling``, ``sequence`` and
             ``stacked``).
         test_y: test-period labels; test_type: their ``fraud_type`` ("nan" for legit rows).
-        thresholds: model name -> its validation 1%-FPR threshold.
+        thresholds: model name -> its validation 1%-FPR threshold (``evaluate.operating_threshold``: set by the
+            validation negatives alone, so it exists without a validation fraud; finite always).
         synth: the generator config of the bank when known (needed to inject sprees), else None.
         embeddings: customer -> embedding, filled on first use of the similarity tab.
         timings: seconds taken (``state_s``; ``generate_s``, ``train_s`` for the quick start).
@@ -115,8 +116,7 @@ def build_state(model: TransactionFraudModel, bank: Bank, synth=None, baselines:
     scores["sequence"] = score_bank(model, bank, bank.cuts["val_start"])
     if baselines and stacked:
         scores.update(stacked_model_scores(model, bank))
-    thresholds = {name: (threshold_at_fpr(y_val[val_ok], s[val_ok], 0.01) if y_val[val_ok].any() else float("inf"))
-                  for name, s in scores.items()}
+    thresholds = {name: threshold_at_fpr(y_val[val_ok], s[val_ok], 0.01) for name, s in scores.items()}
     y = df["is_fraud"].fillna(0).to_numpy().astype(int) if "is_fraud" in df else np.zeros(len(df), int)
     ftype = df["fraud_type"].astype(str).to_numpy() if "fraud_type" in df else np.full(len(df), "nan")
     return DemoState(model, bank, thresholds["sequence"], {k: v[test] for k, v in scores.items()}, y[test],

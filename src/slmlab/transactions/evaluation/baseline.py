@@ -31,16 +31,47 @@ HGB_PARAMS = dict(learning_rate=0.05, max_iter=500, max_leaf_nodes=31, min_sampl
                   random_state=0, early_stopping=False)
 
 
+def window_start(key_cust: np.ndarray, secs: np.ndarray, w: float) -> np.ndarray:
+    """Per row ``i``: ``lo_i``, the first of the customer's rows with time ``>= t_i - w``; the window of
+    ``i`` is rows ``lo_i .. i-1`` (earlier rows in the frame's order, never ``i`` itself). Raises
+    ``ValueError`` unless the rows are sorted by (customer, time)."""
+    key = key_cust * 1e10 + secs
+    if len(key) > 1 and (np.diff(key) < 0).any():
+        raise ValueError("rolling features need the rows sorted by customer and time (as Bank.df is)")
+    return np.searchsorted(key, key - w, side="left")
+
+
 def window_stats(key_cust: np.ndarray, secs: np.ndarray, values: list[np.ndarray], w: float) -> list[np.ndarray]:
-    """Per row: the count and the sums of ``values`` over the customer's earlier rows within ``w`` s."""
-    key = key_cust * 1e10 + secs  # rows are sorted by (customer, time)
-    lo = np.searchsorted(key, key - w, side="left")
-    idx = np.arange(len(key))
+    """Per row: the count and the sums of ``values`` over the customer's earlier rows within ``w`` s
+    (the window of :func:`window_start`)."""
+    lo = window_start(key_cust, secs, w)
+    idx = np.arange(len(lo))
     out = [(idx - lo).astype(np.float64)]
     for v in values:
         c = np.r_[0.0, np.cumsum(v)]
         out.append(c[idx] - c[lo])
     return out
+
+
+def window_distinct(key_cust: np.ndarray, secs: np.ndarray, codes: np.ndarray, w: float) -> np.ndarray:
+    """Per row: the number of distinct ``codes`` (e.g. merchants) among the customer's earlier rows within
+    ``w`` s (the window of :func:`window_start`), exactly and without a loop over rows.
+
+    Row ``j`` counts for row ``i`` when it is the first row of its code in ``i``'s window:
+    ``lo_i <= j < i`` and ``prev_j < lo_i`` (``prev_j``: the customer's previous row with the same code,
+    -1 if none). ``lo`` does not decrease, so those ``i`` form one range per ``j`` (a difference array).
+    """
+    n = len(secs)
+    lo = window_start(key_cust, secs, w)
+    idx = np.arange(n)
+    prev = pd.Series(idx).groupby([key_cust, codes]).shift(1).fillna(-1).to_numpy().astype(np.int64)
+    first = np.maximum(idx + 1, np.searchsorted(lo, prev, side="right"))
+    last = np.searchsorted(lo, idx, side="right")  # one past the last i with lo_i <= j
+    ok = first < last
+    diff = np.zeros(n + 1)
+    np.add.at(diff, first[ok], 1.0)
+    np.add.at(diff, last[ok], -1.0)
+    return np.cumsum(diff)[:n]
 
 
 def merchant_risk(df: pd.DataFrame, delay_s: float = RISK_DELAY_S,
@@ -127,10 +158,11 @@ def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, ro
             feats[f"count_{name}"], feats[f"sum_{name}"] = cnt, s
             if name in ("1h", "24h"):
                 feats[f"declines_{name}"] = dec
-            if name == "30d":
+            if name == "30d":  # NaN without earlier rows (z: fewer than 2); the ratio is inf over a $0 mean
                 mean = np.where(cnt > 0, s / np.maximum(cnt, 1), np.nan)
                 var = np.where(cnt > 1, s2 / np.maximum(cnt, 1) - mean ** 2, np.nan)
-                feats["amount_over_30d_mean"] = amt / mean
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    feats["amount_over_30d_mean"] = amt / mean
                 feats["amount_z_30d"] = (amt - mean) / np.sqrt(np.maximum(var, 1e-6))
         prev = pd.Series(secs).groupby(cust).shift(1).to_numpy()
         feats["secs_since_prev"] = secs - prev
@@ -140,12 +172,9 @@ def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, ro
                 first = (df.groupby(["customer_id", col], sort=False, dropna=True).cumcount() == 0).to_numpy()
                 feats[f"new_{col}"] = np.where(known, first, np.nan).astype(float)
         if "merchant_id" in df:
-            # distinct merchants over the previous 24 h: first visits of a (customer, merchant) pair within
-            # the window, counted through each row's previous visit time
+            # distinct merchants among the earlier rows of the previous 24 h
             mcodes = pd.factorize(df["merchant_id"].astype(str))[0]
-            last_visit = pd.Series(secs).groupby([cust, mcodes]).shift(1).to_numpy()
-            fresh = np.where(np.isnan(last_visit) | (secs - last_visit >= 86400), 1.0, 0.0)
-            feats["distinct_merchants_24h"] = window_stats(cust, secs, [fresh], 86400)[1]
+            feats["distinct_merchants_24h"] = window_distinct(cust, secs, mcodes, 86400)
         if {"merchant_lat", "merchant_lon"} <= set(df.columns):
             lat, lon = df["merchant_lat"].to_numpy(float), df["merchant_lon"].to_numpy(float)
             present = ~np.isnan(lat)
@@ -162,7 +191,9 @@ def build_features(df: pd.DataFrame, distance_home: np.ndarray | None = None, ro
 
 def fit_hgb(X: pd.DataFrame, y: np.ndarray, X_val: pd.DataFrame, y_val: np.ndarray, class_weight=None):
     """Fit HGB (the spec's hyper-parameters) and keep the iteration count with the best validation
-    PR-AUC (checked every 10 iterations; patience 30). Returns ``(model, n_iter)``."""
+    PR-AUC (checked every 10 iterations and at the last; the first of equal bests; stop after 3 checks
+    without a gain). Without a validation positive there is nothing to rank, and every iteration is kept
+    (``hgb_scores`` says so). Returns ``(model, n_iter)``."""
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.metrics import average_precision_score
 
@@ -229,6 +260,8 @@ def hgb_scores(bank: Bank, rolling: bool, risk: bool = False, extra: pd.DataFram
     tr_rows, y_tr, va_rows, y_va = split(bank)
     model, n_iter = fit_hgb(X.iloc[tr_rows], y_tr, X.iloc[va_rows], y_va)
     scores = predict_at(model, X, n_iter)
-    return scores, {"features": list(X.columns), "n_iter": int(n_iter), "feature_seconds": t_feat,
+    selection = "validation PR-AUC" if (y_va == 1).any() else "all iterations (no validation positive)"
+    return scores, {"features": list(X.columns), "n_iter": int(n_iter), "n_iter_selection": selection,
+                    "feature_seconds": t_feat,
                     "fit_rows": int(len(tr_rows)), "fit_frauds": int((y_tr == 1).sum()),
                     "total_seconds": time.perf_counter() - t0}

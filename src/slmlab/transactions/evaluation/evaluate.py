@@ -3,11 +3,13 @@ test transactions, with customer-level bootstrap confidence intervals (docs/tran
 
 Metrics: PR-AUC (``average_precision_score``, primary), ROC-AUC, recall at FPR <= 1% and <= 0.1%,
 daily card precision@100 (each test day, the 100 customers with the highest max score; the share of
-them with a fraud that day), and at the validation 1%-FPR threshold (the operating point): per-pattern
-recall, amount-weighted recall (the share of the fraud amount alerted) and, per pattern, the detection
-delay (how many fraudulent transactions of a case pass before its first alert). Uncertainty: 1,000
-resamples of test customers (with replacement), the same resamples for every model, so differences
-are paired.
+them with a fraud that day; all of them on a day with fewer), and at the validation 1%-FPR threshold
+(the operating point, :func:`operating_threshold`: set by the validation negatives, finite always):
+per-pattern recall, amount-weighted recall (the share of the fraud amount alerted) and, per pattern, the
+detection delay (how many fraudulent transactions of a case pass before its first alert). Uncertainty:
+1,000 resamples of test customers (with replacement), the same resamples for every model, so differences
+are paired; the usefulness criteria are decided on those paired CIs (:func:`verdict`: met, not met or
+undecided).
 """
 
 from __future__ import annotations
@@ -33,13 +35,47 @@ def recall_at_fpr(y: np.ndarray, s: np.ndarray, fpr_max: float, w: np.ndarray | 
     return float(tpr[ok].max()) if ok.any() else 0.0
 
 
-def threshold_at_fpr(y: np.ndarray, s: np.ndarray, fpr_max: float) -> float:
-    """The lowest score threshold whose FPR on (y, s) is <= ``fpr_max``."""
-    from sklearn.metrics import roc_curve
+FALLBACK_THRESHOLD = 0.5  # the alert threshold when there is no negative to set one from
 
-    fpr, _, thr = roc_curve(y, s)
-    ok = np.flatnonzero(fpr <= fpr_max)
-    return float(thr[ok[-1]]) if len(ok) else float("inf")
+
+def operating_threshold(y: np.ndarray, s: np.ndarray, fpr_max: float, fallback: float = FALLBACK_THRESHOLD) -> dict:
+    """The alert threshold at FPR <= ``fpr_max`` on labelled rows ``(y, s)`` (validation), always finite.
+
+    Rule: let ``k = floor(fpr_max * n_neg)`` (how many negatives may be alerted) and ``n*`` the
+    ``(k+1)``-th highest negative score; alerts are ``score >= threshold`` and the threshold is the
+    lowest score of ``s`` strictly above ``n*`` (so at most ``k`` negatives are alerted), or, when no
+    score lies above ``n*``, the next float above it. Only negatives set it, so no positive is needed.
+    ``roc_curve(..., drop_intermediate=False)`` gives the same value where its threshold is finite (and
+    ``inf`` where this rule goes above every negative); its default ``drop_intermediate=True`` drops
+    collinear points and can stop short of ``fpr_max`` (0.60% instead of 1% for HGB-rolling on the
+    ``small`` bank). Rows with a NaN score are dropped.
+
+    Returns ``{"threshold", "source", "fpr", "negatives", "positives"}``; ``fpr`` is the realised FPR on
+    ``(y, s)``. ``source``: ``"validation"``; ``"validation, above every negative"`` when the threshold
+    lies above the highest negative (fewer than ``1 / fpr_max`` negatives, or ties at the top), so the
+    realised FPR is 0; ``"fallback <fallback>: no negatives"`` when there is no negative at all.
+    """
+    y, s = np.asarray(y), np.asarray(s, dtype=float)
+    ok = ~np.isnan(s)
+    y, s = y[ok], s[ok]
+    neg = np.sort(s[y == 0])[::-1]
+    info = {"negatives": int(len(neg)), "positives": int((y == 1).sum())}
+    if not len(neg):
+        return {"threshold": float(fallback), "source": f"fallback {fallback:g}: no negatives", "fpr": float("nan"),
+                **info}
+    k = int(np.floor(fpr_max * len(neg) + 1e-9))
+    if k >= len(neg):
+        thr = float(s.min())
+    else:
+        above = s[s > neg[k]]
+        thr = float(above.min()) if len(above) else float(np.nextafter(neg[k], np.inf))
+    source = "validation, above every negative" if thr > neg[0] else "validation"
+    return {"threshold": thr, "source": source, "fpr": float((neg >= thr).mean()), **info}
+
+
+def threshold_at_fpr(y: np.ndarray, s: np.ndarray, fpr_max: float) -> float:
+    """The lowest score threshold whose FPR on (y, s) is <= ``fpr_max`` (:func:`operating_threshold`)."""
+    return operating_threshold(y, s, fpr_max)["threshold"]
 
 
 def card_precision_at_k(df: pd.DataFrame, s: np.ndarray, k: int = 100) -> float:
@@ -190,8 +226,10 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         st = s[test]
         m = point_metrics(y, st)
         m["card_precision_at_100"] = card_precision_at_k(df[test], st)
-        thr = threshold_at_fpr(y_val[val_ok], s[val_ok], 0.01) if y_val[val_ok].sum() else float("inf")
-        m["val_threshold_1pct"] = thr
+        op = operating_threshold(y_val[val_ok], s[val_ok], 0.01)
+        thr = op["threshold"]
+        m["val_threshold_1pct"], m["threshold_source"], m["val_threshold_fpr"] = thr, op["source"], op["fpr"]
+        m["val_threshold_counts"] = {"negatives": op["negatives"], "positives": op["positives"]}
         alert = st >= thr
         m["per_pattern_recall"] = {p: float(alert[(ftype[test] == p)].mean()) for p in np.unique(ftype[test][y == 1])}
         m["amount_weighted_recall"] = amount_weighted_recall(y, alert, df["amount"].to_numpy()[test])
@@ -213,43 +251,80 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
     return result
 
 
-def _criterion(result: dict, name: str, a: str, b: str, rule: str, min_pr: float, need_ci: bool,
-               min_recall: float | None = None) -> dict | None:
-    """One criterion on the paired difference ``a - b``: the point differences on the whole test set,
-    their bootstrap CIs, and whether ``rule`` is met."""
+def verdict(ci, threshold: float) -> str:
+    """The decision of a rule "difference >= ``threshold``" from the 95% CI ``[lo, hi]`` of the difference:
+    ``"met"`` when ``lo >= threshold`` (the whole CI on the right side), ``"not met"`` when
+    ``hi < threshold`` (the whole CI on the wrong side), else ``"undecided"`` (the CI straddles the
+    threshold: the data cannot decide); also ``"undecided"`` when the CI is not finite (no resamples)."""
+    lo, hi = (float(v) for v in ci)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return "undecided"
+    return "met" if lo >= threshold else "not met" if hi < threshold else "undecided"
+
+
+def any_verdict(verdicts) -> str:
+    """Verdict of "any of these rules": met if one is met, not met if all are not met, else undecided."""
+    verdicts = list(verdicts)
+    return "met" if "met" in verdicts else "not met" if all(v == "not met" for v in verdicts) else "undecided"
+
+
+def _half_width(ci) -> float:
+    return float((ci[1] - ci[0]) / 2)
+
+
+def _criterion(result: dict, name: str, a: str, b: str, min_pr: float, min_recall: float | None = None) -> dict | None:
+    """One criterion on the paired difference ``a - b``: met when PR-AUC diff >= ``min_pr`` (or, given
+    ``min_recall``, recall at 0.1% FPR diff >= ``min_recall``), decided on the bootstrap CIs by
+    :func:`verdict`; the point differences on the whole test set are reported beside them."""
     models, boot = result["models"], result["bootstrap"]
     key = f"{a} - {b}"
     if a not in models or b not in models or key not in boot:
         return None
+    nan2 = [float("nan")] * 2
     d_pr = models[a]["pr_auc"] - models[b]["pr_auc"]
     d_rec = models[a]["recall_at_fpr_0.1pct"] - models[b]["recall_at_fpr_0.1pct"]
-    ci, rci = boot[key]["pr_auc"], boot[key].get("recall_at_fpr_0.1pct", [float("nan")] * 2)
-    met = d_pr >= min_pr and (ci[0] > 0 or not need_ci)
+    ci, rci = boot[key].get("pr_auc", nan2), boot[key].get("recall_at_fpr_0.1pct", nan2)
+    rule = f"PR-AUC diff >= {min_pr:+.2f}"
+    verdicts = {"pr_auc": verdict(ci, min_pr)}
     if min_recall is not None:
-        met = met or d_rec >= min_recall
-    return {"criterion": name, "difference": key, "rule": rule, "pr_auc_diff": float(d_pr), "pr_auc_ci": ci,
-            "recall_0.1pct_diff": float(d_rec), "recall_0.1pct_ci": rci, "met": bool(met)}
+        rule += f", or recall@0.1%FPR diff >= {min_recall:+.2f}"
+        verdicts["recall_0.1pct"] = verdict(rci, min_recall)
+    out = {"criterion": name, "difference": key, "rule": rule, "pr_auc_threshold": min_pr,
+           "pr_auc_diff": float(d_pr), "pr_auc_ci": ci, "pr_auc_ci_half_width": _half_width(ci),
+           "recall_0.1pct_diff": float(d_rec), "recall_0.1pct_ci": rci, "recall_0.1pct_ci_half_width": _half_width(rci),
+           "verdicts": verdicts, "verdict": any_verdict(verdicts.values())}
+    if min_recall is not None:
+        out["recall_0.1pct_threshold"] = min_recall
+    return out
+
+
+CRITERIA_MARGINS = {"1 parity": -0.01, "2 useful": 0.03, "2 useful (recall)": 0.05, "3 strong": 0.03,
+                    "4 pretraining pays": 0.05}
 
 
 def usefulness_criteria(result: dict) -> list[dict]:
     """When the sequence model counts as useful, on the test set with paired customer-bootstrap CIs:
 
     1. parity: sequence - HGB-rolling PR-AUC >= -0.01;
-    2. useful: stacked - HGB-rolling PR-AUC >= 0.03 with the CI excluding 0, or recall at 0.1% FPR
-       >= 0.05 (for each stacked variant present);
-    3. strong: sequence - HGB-rolling PR-AUC >= 0.03 with the CI excluding 0;
-    4. pretraining pays: with a fraction of the labels, pretrained - from-scratch PR-AUC >= 0.05.
+    2. useful: stacked - HGB-rolling PR-AUC >= +0.03, or recall at 0.1% FPR >= +0.05 (for each
+       stacked variant present);
+    3. strong: sequence - HGB-rolling PR-AUC >= +0.03;
+    4. pretraining pays: with a fraction of the labels, pretrained - from-scratch PR-AUC >= +0.05.
 
-    Criteria whose models were not evaluated are left out.
+    Each rule is decided on the 95% CI of its paired difference (:func:`verdict`): ``met`` when the CI's
+    lower bound is at or above the margin, ``not met`` when its upper bound is below it, ``undecided``
+    when the CI straddles it (criterion 2: met if either rule is met, not met if both are not met).
+    A PR-AUC rule of criterion 2 or 3 met this way has its CI above +0.03, so above 0 too. Criteria whose
+    models were not evaluated are left out.
     """
-    out = [_criterion(result, "1 parity", "sequence", "hgb_rolling", "PR-AUC diff >= -0.01", -0.01, False)]
+    m = CRITERIA_MARGINS
+    out = [_criterion(result, "1 parity", "sequence", "hgb_rolling", m["1 parity"])]
     for name in result["models"]:
         if name.startswith("stacked"):
-            out.append(_criterion(result, f"2 useful ({name})", name, "hgb_rolling",
-                                  "PR-AUC diff >= 0.03 with CI > 0, or recall@0.1%FPR diff >= 0.05", 0.03, True, 0.05))
-    out.append(_criterion(result, "3 strong", "sequence", "hgb_rolling", "PR-AUC diff >= 0.03 with CI > 0", 0.03, True))
-    out.append(_criterion(result, "4 pretraining pays", "lf_pretrained", "lf_scratch", "PR-AUC diff >= 0.05", 0.05,
-                          False))
+            out.append(_criterion(result, f"2 useful ({name})", name, "hgb_rolling", m["2 useful"],
+                                  m["2 useful (recall)"]))
+    out.append(_criterion(result, "3 strong", "sequence", "hgb_rolling", m["3 strong"]))
+    out.append(_criterion(result, "4 pretraining pays", "lf_pretrained", "lf_scratch", m["4 pretraining pays"]))
     return [c for c in out if c is not None]
 
 
@@ -270,20 +345,29 @@ def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out
     for key, v in boot.items():
         if " - " in key:
             r = v.get("recall_at_fpr_0.1pct", [float("nan")] * 2)
-            lines.append(f"- {key}: mean {v['mean']:+.3f}, 95% CI [{v['pr_auc'][0]:+.3f}, {v['pr_auc'][1]:+.3f}];"
-                         f" recall@0.1%FPR mean {v.get('recall_mean', float('nan')):+.3f}, [{r[0]:+.3f}, {r[1]:+.3f}]")
+            pr = v["pr_auc"]
+            lines.append(f"- {key}: mean {v['mean']:+.3f}, 95% CI [{pr[0]:+.3f}, {pr[1]:+.3f}] (+/-{_half_width(pr):.3f});"
+                         f" recall@0.1%FPR mean {v.get('recall_mean', float('nan')):+.3f}, [{r[0]:+.3f}, {r[1]:+.3f}]"
+                         f" (+/-{_half_width(r):.3f})")
     if result.get("criteria"):
-        lines += ["", "When the sequence model counts as useful (differences on the whole test set, paired 95% CIs):",
-                  "", "| criterion | difference | rule | PR-AUC diff [CI] | recall@0.1%FPR diff [CI] | met |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "When the sequence model counts as useful (differences on the whole test set, paired 95% CIs"
+                  " and their half-widths). Verdict per rule \"diff >= margin\": met = the CI's lower bound is at or"
+                  " above the margin; not met = its upper bound is below it; undecided = the CI straddles the margin"
+                  " (the data cannot decide). Criterion 2 is met if either rule is met, not met if both are not met.",
+                  "", "| criterion | difference | rule | PR-AUC diff [CI] +/-half | recall@0.1%FPR diff [CI] +/-half"
+                  " | verdict |", "|---|---|---|---|---|---|"]
         for c in result["criteria"]:
             ci, rci = c["pr_auc_ci"], c["recall_0.1pct_ci"]
             lines.append(f"| {c['criterion']} | {c['difference']} | {c['rule']} | {c['pr_auc_diff']:+.3f}"
-                         f" [{ci[0]:+.3f}, {ci[1]:+.3f}] | {c['recall_0.1pct_diff']:+.3f} [{rci[0]:+.3f}, {rci[1]:+.3f}]"
-                         f" | {'met' if c['met'] else 'not met'} |")
-    lines += ["", "At the validation 1%-FPR threshold: per-pattern recall and amount-weighted recall:", ""]
+                         f" [{ci[0]:+.3f}, {ci[1]:+.3f}] +/-{c['pr_auc_ci_half_width']:.3f} |"
+                         f" {c['recall_0.1pct_diff']:+.3f} [{rci[0]:+.3f}, {rci[1]:+.3f}]"
+                         f" +/-{c['recall_0.1pct_ci_half_width']:.3f} | {c['verdict']} |")
+    lines += ["", "At each model's validation 1%-FPR threshold (alert: score >= threshold; how it was set, and the"
+              " realised validation FPR): per-pattern recall and amount-weighted recall:", ""]
     for name, m in result["models"].items():
-        lines.append(f"- {name}: " + ", ".join(f"{p} {r:.2f}" for p, r in m["per_pattern_recall"].items())
+        lines.append(f"- {name} (threshold {m['val_threshold_1pct']:.4g}, {m['threshold_source']}, validation FPR"
+                     f" {m['val_threshold_fpr']:.4f}): "
+                     + ", ".join(f"{p} {r:.2f}" for p, r in m["per_pattern_recall"].items())
                      + f"; amount-weighted {m['amount_weighted_recall']:.2f}")
     lines += ["", "Detection delay at that threshold, per pattern: cases detected, and fraudulent transactions",
               "passed before the first alert (median / mean over detected cases; mean over all cases, an",
