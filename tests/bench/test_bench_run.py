@@ -44,7 +44,8 @@ def fixture_lines() -> list[dict]:
         for d in (64, 128):
             for lr, bump in ((1e-3, 0.0), (3e-3, 0.01)):
                 lines.append(dict(base, key=f"m{model}{d}{lr}", task="mqar", task_spec="mqar:cpu", model=model, d_model=d,
-                                  lr=lr, acc=min(acc + bump, 1.0), ci={"acc": [acc - 0.02, acc + 0.02]}, state_floats=floats,
+                                  lr=lr, acc=min(acc + bump, 1.0), best_val_acc=min(acc + bump, 1.0),  # val tracks test
+                                  ci={"acc": [acc - 0.02, acc + 0.02]}, state_floats=floats,
                                   task_config={"T": 64, "N": 4}, task_T=64, task_N=4))
     lines.append(dict(base, key="ind", task="induction", task_spec="t4:cpu", model="attn2-rope", d_model=64, lr=1e-3,
                       acc=0.9, ci={"acc": [0.88, 0.92]}, state_floats=1, task_config={"T": 64},
@@ -69,7 +70,7 @@ def test_report_makes_the_plots_from_a_results_file(tmp_path, capsys):
     folder = write_fixture(tmp_path / "fixture")
     assert cli.main(["bench", "report", str(folder)]) == 0
     text = capsys.readouterr().out
-    assert "mqar:cpu" in text and "3.0e-03" in text  # best of lr: the 3e-3 row
+    assert "mqar:cpu" in text and "3.0e-03" in text  # best of lr on validation: the 3e-3 row
     names = {p.name for p in (folder / "plots").iterdir()}
     assert names == {"best_acc.png", "t1_acc_vs_d.png", "t1_acc_vs_state.png", "t4_acc_vs_length.png",
                      "t5_depth_length.png", "t7_acc_vs_distance.png"}
@@ -133,3 +134,61 @@ def test_induction_run_reports_accuracy_by_test_length_and_na_for_learned_positi
     learned = run_one(RunPlan(task, "attn2-z", 1e-3, batch_size=8, max_steps=3, max_time=0.0, eval_every=3), "x", tmp_path)
     assert learned["acc_by_length"] == {"128": None, "256": None}  # a 64-row position table: n/a beyond it
     assert learned["task_variant"] == "segment" and learned["examples"] == 16
+
+
+def _count_trainers(monkeypatch, on_step):
+    """Patch the trainer's step: ``on_step(trainer_number, step)`` runs before each step (1-based numbers)."""
+    from slmlab.train.trainer import Trainer
+
+    original, seen = Trainer.train_step, {}
+
+    def step(self, stream):
+        seen.setdefault(id(self), len(seen) + 1)
+        on_step(seen[id(self)], self.state.step + 1)
+        return original(self, stream)
+
+    monkeypatch.setattr(Trainer, "train_step", step)
+    return seen
+
+
+def test_ctrl_c_stops_the_bench_run_records_nothing_for_the_cut_run_and_a_rerun_redoes_it(tmp_path, monkeypatch, capsys):
+    def interrupt_second_run(number, step):
+        if number == 2 and step == 3:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "bench"
+    argv = ["bench", "run", "--tier", "micro", "--out", str(out), "--threads", "1"]
+    _count_trainers(monkeypatch, interrupt_second_run)
+    assert cli.main(argv) == 130  # the CLI's Ctrl-C contract, not 0
+    assert [x["model"] for x in read_results(out)] == ["attn2-z"]  # the cut-short run is no result
+    assert "interrupted" in capsys.readouterr().err
+
+    monkeypatch.undo()
+    seen = _count_trainers(monkeypatch, lambda number, step: None)
+    assert cli.main(argv) == 0
+    assert len(seen) == 1 and "1 of 2 runs already in" in capsys.readouterr().out  # only the cut run is redone
+    lines = read_results(out)
+    assert [x["model"] for x in lines] == ["attn2-z", "shortconv4"] and lines[1]["steps"] == 5 and lines[1]["complete"]
+
+
+def test_a_diverged_run_is_recorded_with_its_step_and_reported_as_diverged(tmp_path, monkeypatch, capsys):
+    from slmlab.train.trainer import TrainingDiverged
+
+    def diverge_first_run(number, step):
+        if number == 1 and step == 4:
+            raise TrainingDiverged("loss became nan at step 4; training stopped before applying that update.")
+
+    out = tmp_path / "bench"
+    _count_trainers(monkeypatch, diverge_first_run)
+    assert cli.main(["bench", "run", "--tier", "micro", "--out", str(out), "--threads", "1"]) == 0
+    diverged, fine = read_results(out)
+    assert diverged["model"] == "attn2-z" and diverged["complete"] is False and diverged["diverged_step"] == 4
+    assert diverged["stop"].startswith("diverged at step 4 of 5") and diverged["acc"] is None
+    assert fine["complete"] is True and fine["diverged_step"] is None
+    capsys.readouterr()
+    assert cli.main(["bench", "run", "--tier", "micro", "--out", str(out)]) == 0  # an outcome: not rerun
+    assert "2 of 2 runs already in" in capsys.readouterr().out
+    assert cli.main(["bench", "report", str(out)]) == 0
+    text = capsys.readouterr().out
+    row = next(x for x in text.splitlines() if "attn2-z" in x and "ar:cpu" in x)
+    assert "diverged at step 4" in row and " — " in row  # no figure for it

@@ -42,4 +42,4 @@ def test_interval_width_shrinks_as_one_over_sqrt_n():
 
 
 def test_seed_summary():
-    assert seed_summary([0.5, 1.0, 0.75]) == {"mean": 0.75, "min": 0.5, "max": 1.0, "n": 3}
+    assert seed_summary([0.5, 1.0, 0.75]) == {"mean": 0.75, "min": 0.5, "max": 1.0, "n": 3, "values": [0.5, 1.0, 0.75]}

@@ -114,9 +114,10 @@ def test_bad_input_exits_2_before_training(args, message, tmp_path, capsys, monk
 # -- end to end --------------------------------------------------------------------------------
 
 
-def _compare(out, *extra, steps=20, budget="30k", batch=32):
+def _compare(out, *extra, steps=20, budget="30k", batch=32, seeds="0"):
     return main(["compare", "--models", "lumen,pgsm", "--budget", budget, "--tasks", TASK, "--steps", str(steps),
-                 "--lrs", "3e-3", "--batch-size", str(batch), "--threads", "1", "--out", str(out), *extra])
+                 "--lrs", "3e-3", "--batch-size", str(batch), "--seeds", seeds, "--threads", "1", "--out", str(out),
+                 *extra])
 
 
 @pytest.mark.slow
@@ -197,3 +198,62 @@ def test_a_family_failing_to_build_is_reported_and_the_others_go_on(tmp_path, mo
     summary = (out / "summary.md").read_text()
     assert "| pgsm | failed: RuntimeError: pgsm exploded while building |" in summary
     assert re.search(r"^\| lumen \| [\d,]+ / [\d,]+ \| 0.003 \|", summary, re.M)
+
+
+# -- claims: seeds, lr on validation, diverged runs ---------------------------------------------
+
+
+def _task_line(model, lr, seed, acc, val, **extra):
+    from slmlab.bench.compare import SCHEMA
+    from test_bench_claims import counts_for
+
+    return {"schema": SCHEMA, "key": f"{model}|{lr}|{seed}", "model": model, "data": TASK, "kind": "task",
+            "task": "t7", "lr": lr, "seed": seed, "status": "ok", "complete": True, "acc": acc, "exact": acc,
+            "best_val_acc": val, "ci": {"acc": [acc - 0.01, acc + 0.01]}, "example_counts": counts_for(acc, seed=seed),
+            "steps": 20, "max_steps": 20, **extra}
+
+
+def test_compare_chooses_the_lr_on_validation_and_reports_seeds_with_an_interval():
+    from slmlab.bench.compare_report import best_rows
+
+    lines = [_task_line("lumen", 1e-3, s, acc=0.5, val=0.9) for s in (0, 1, 2)]
+    lines += [_task_line("lumen", 3e-3, s, acc=0.8, val=0.6) for s in (0, 1, 2)]
+    row = best_rows(lines)[(TASK, "lumen")]
+    assert row["best_lr"] == 1e-3 and row["summary"]["mean"] == pytest.approx(0.5)  # not test's 3e-3
+    assert row["summary"]["values"] == [0.5, 0.5, 0.5] and len(row["ci"]) == 2 and row["selected_on"] == "validation"
+
+
+def test_compare_defaults_to_three_seeds(tmp_path, monkeypatch):
+    import slmlab.bench.compare as compare
+
+    seen = {}
+
+    def fake(settings, out, log=print):
+        seen["seeds"] = settings.seeds
+        return {"lines": [], "written": [], "timing": {"fitting_s": 0, "measuring_s": 0, "reporting_s": 0, "runs_s": 0}}
+
+    monkeypatch.setattr(compare, "run_compare", fake)
+    assert main(["compare", "--models", "lumen", "--budget", "30k", "--tasks", TASK, "--out", str(tmp_path)]) == 0
+    assert seen["seeds"] == (0, 1, 2) and compare.CompareSettings(("lumen",), 1, ("x",)).seeds == (0, 1, 2)
+
+
+def test_a_diverged_compare_run_is_recorded_with_its_step_shown_and_not_rerun(tmp_path, monkeypatch):
+    from slmlab.train.trainer import Trainer, TrainingDiverged
+
+    original, calls = Trainer.train_step, []
+
+    def diverge_pgsm(self, stream):
+        if self.cfg.model == "pgsm" and self.state.step == 2:
+            raise TrainingDiverged("gradient norm became nan at step 3; training stopped before applying that update.")
+        return original(self, stream)
+
+    monkeypatch.setattr(Trainer, "train_step", diverge_pgsm)
+    out = tmp_path / "cmp"
+    assert _compare(out, steps=4, seeds="0") == 0
+    lines = {x["model"]: x for x in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert lines["pgsm"]["status"] == "diverged" and lines["pgsm"]["diverged_step"] == 3
+    assert lines["lumen"]["status"] == "ok" and lines["lumen"]["complete"] is True
+    summary = (out / "summary.md").read_text()
+    assert re.search(r"^\| pgsm \| diverged at step 3 \(lr 0.003, seed 0\)", summary, re.M), summary
+    monkeypatch.setattr(Trainer, "train", lambda self: calls.append(self.cfg.model) or pytest.fail("reran"))
+    assert _compare(out, steps=4, seeds="0") == 0 and calls == []  # a divergence is an outcome, not retried

@@ -8,14 +8,17 @@ batch, learning-rate grid and seeds, with one report (``docs/compare.md``).
    (:func:`slmlab.train.run.build_trainer`: the same tokenizer, data source, ``build_model``,
    ``attach_tokenizer`` and ``prepare_for_training``), on a task with the bench's protocol
    (:func:`slmlab.bench.run.plan_run_config`: AdamW, warm-up then cosine, ``keep_best``, early stop,
-   scored positions) and tested once with bootstrap intervals (:func:`slmlab.bench.run._test`); on
-   text the validation bits per byte at the last step (the same validation batches for every model).
+   scored positions) and tested once with bootstrap intervals (:func:`slmlab.bench.run.held_out_metrics`);
+   on text the validation bits per byte at the last step (the same validation batches for every model).
+   The budget is ``--steps``: no run has a time limit, so a run is the same on any machine.
 3. **Measure**: parameters (audit), cache bytes per token and constant state (the generic
    ``ModelCache.nbytes`` after prefills of two lengths, fitted as a line), training tokens/s (the run),
    decode tokens/s (``slmlab.generation.generate``, batch 1, greedy, fixed context).
 4. **Record**: one line per run in ``<out>/results.jsonl`` (:data:`SCHEMA`), also for a run that
-   failed (its error); a rerun with the same ``out`` skips the runs already recorded as finished.
-   The report (:mod:`slmlab.bench.compare_report`) is made from those lines only.
+   failed (its error) or diverged (``status: "diverged"`` and the step); a rerun with the same ``out``
+   skips the runs already finished (complete or diverged) and retries failed ones. The report
+   (:mod:`slmlab.bench.compare_report`: lr chosen on validation, seeds with an interval) is made from
+   those lines only.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ class CompareSettings:
         models: registered family names.
         budget: non-embedding parameters each model is fitted to (±10%).
         data: text corpora (``shakespeare``) and task specs (``t7:cpu``), in order.
-        steps / batch_size / lrs / seeds: the shared training budget and grid (best lr reported).
+        steps / batch_size / lrs / seeds: the shared training budget and grid (the lr chosen on
+            validation is reported; three seeds by default, what a claim needs).
         block_size: sequence length on text (tasks fix their own).
         eval_every: validation cadence in steps (0: four evaluations per run).
         eval_batches: text validation batches per evaluation, the same for every model (0: the
@@ -101,7 +105,7 @@ class CompareSettings:
     steps: int = 200
     batch_size: int = 32
     lrs: tuple[float, ...] = (1e-3, 3e-3)
-    seeds: tuple[int, ...] = (0,)
+    seeds: tuple[int, ...] = (0, 1, 2)
     block_size: int = 128
     eval_every: int = 0
     eval_batches: int = 16
@@ -233,6 +237,14 @@ def check_pairs(settings: CompareSettings, fits: dict, infos: list[DataInfo]) ->
 # -- runs --------------------------------------------------------------------------------------
 
 
+class RunDiverged(RuntimeError):
+    """A run's loss or gradient became NaN/inf at ``step`` (recorded as ``status: "diverged"``)."""
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
 @dataclass(frozen=True)
 class ComparePlan:
     """One run of the grid."""
@@ -302,13 +314,16 @@ def run_config(settings: CompareSettings, plan: ComparePlan, run_dir: Path):
 
 def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[dict, float]:
     """Train and evaluate one plan as ``slmlab train`` would; returns ``(result fields, seconds spent
-    measuring)``. ``KeyboardInterrupt`` when the run was interrupted (nothing is recorded)."""
+    measuring)``. ``KeyboardInterrupt`` when the run was interrupted (nothing is recorded);
+    :class:`RunDiverged` (with the step) when its loss or gradient became NaN/inf."""
     import numpy as np
     import torch
 
     from ..train.checkpoint import quiet_hf_progress
     from ..train.run import build_trainer
     from ..train.signals import exit_status
+    from ..train.trainer import TrainingDiverged
+    from .run import ending
 
     run_dir = out / "runs" / plan.folder(settings)
     shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished earlier attempt starts over
@@ -316,13 +331,19 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
     with contextlib.redirect_stdout(io.StringIO()), quiet_hf_progress():
         trainer = build_trainer(cfg)
         t0 = time.perf_counter()
-        state = trainer.train()
+        try:
+            state = trainer.train()
+        except TrainingDiverged as err:
+            raise RunDiverged(trainer.state.step + 1, str(err)) from None
         train_wall = time.perf_counter() - t0
     if exit_status(state.stop_reason):
-        raise KeyboardInterrupt(state.stop_reason)
+        interrupt = KeyboardInterrupt(state.stop_reason)
+        interrupt.stop_reason = state.stop_reason  # the CLI's exit status: 130 (Ctrl-C) or 143 (SIGTERM)
+        raise interrupt
     model = trainer.model
-    record = {"steps": state.step, "stop_reason": state.stop_reason, "train_wall_s": round(train_wall, 2),
-              "tokens_seen": state.tokens_seen, "train_tokens_per_s": round(trainer.tokens_per_s, 1)}
+    record = {"steps": state.step, "stop_reason": state.stop_reason, **ending(settings.steps, state),
+              "train_wall_s": round(train_wall, 2), "tokens_seen": state.tokens_seen,
+              "train_tokens_per_s": round(trainer.tokens_per_s, 1)}
     if plan.synthetic:
         from .run import held_out_metrics
 
@@ -467,7 +488,7 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.jsonl"
-    done = {line["key"] for line in read_lines(path) if line.get("status") == "ok"} if path.is_file() else set()
+    done = {line["key"] for line in read_lines(path) if finished(line)} if path.is_file() else set()
     todo = [p for p in plans if p.key(settings) not in done]
     if len(todo) < len(plans):
         log(f"{len(plans) - len(todo)} of {len(plans)} runs already in {path}: skipped")
@@ -491,6 +512,9 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
                 line.update(status="ok", **record)
             except KeyboardInterrupt:
                 raise
+            except RunDiverged as err:  # an outcome of this lr and seed: recorded with its step, not retried
+                line.update(status="diverged", diverged_step=err.step, complete=False,
+                            stop=f"diverged at step {err.step} of {settings.steps}", error=f"TrainingDiverged: {err}")
             except Exception as err:  # recorded, shown as failed; the comparison goes on
                 line.update(status="failed", error=f"{type(err).__name__}: {err}")
         wall = time.perf_counter() - t1
@@ -508,6 +532,11 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
     return {"lines": lines, "written": written, "timing": timing}
 
 
+def finished(line: dict) -> bool:
+    """A run a rerun skips: ``ok`` and complete, or diverged; failed runs are retried."""
+    return (line.get("status") == "ok" and line.get("complete", True)) or line.get("status") == "diverged"
+
+
 def _settings_record(settings: CompareSettings) -> dict:
     return {"models": list(settings.models), "data": list(settings.data), "steps": settings.steps,
             "batch_size": settings.batch_size, "lrs": list(settings.lrs), "seeds": list(settings.seeds),
@@ -517,6 +546,8 @@ def _settings_record(settings: CompareSettings) -> dict:
 
 
 def _outcome(line: dict) -> str:
+    if line["status"] == "diverged":
+        return f"DIVERGED: {line['stop']} ({line['error']})"
     if line["status"] != "ok":
         return f"failed: {line['error']}"
     if line["kind"] == "text":

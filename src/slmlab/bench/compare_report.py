@@ -6,9 +6,10 @@ byte for byte): ``summary.md`` (tables), ``fitted_configs.json`` and the PNGs.
 * ``val_loss_vs_tokens.png``: validation loss vs training tokens per family, one panel per data;
 * ``t7_acc_by_distance.png``: T7 test accuracy by distance group per family.
 
-A family's row uses its best learning rate (seeds' mean: lowest bits per byte on text, highest
-accuracy on a task), with the seeds' mean / min / max; a failed run is shown with its error.
-A plot whose data is absent is skipped.
+A family's row uses the learning rate chosen on validation (seeds' mean: lowest validation bits per
+byte on text, highest validation accuracy on a task; never the test split), with the seeds' mean,
+per-seed values and a 95% interval across seeds (and test examples, on a task); a failed run is shown
+with its error, a diverged one with its step. A plot whose data is absent is skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from .stats import seed_summary
+from .report import CLAIM_SEEDS
+from .stats import seed_example_ci, seed_summary
 
 PLOTS = ("bpb_vs_params.png", "acc_vs_cache.png", "val_loss_vs_tokens.png", "t7_acc_by_distance.png")
 
@@ -30,35 +32,74 @@ def _order(lines: list[dict], field: str, setting: str) -> list[str]:
 
 
 def best_rows(lines: list[dict]) -> dict[tuple[str, str], dict]:
-    """``{(data, model): row}``: the best lr's seeds summary, every lr's mean, or the failure."""
+    """``{(data, model): row}``: the lr chosen on validation, that lr's seeds, every lr, or the failure.
+
+    The lr is chosen on the validation split, never on test: on a task the seeds' mean ``best_val_acc``
+    (the kept weights' validation accuracy; highest wins), on text the seeds' mean validation bits per
+    byte (lowest wins; text has no test split, so its figure is read on the same validation batches).
+    Only ``ok`` runs that are complete are figures; an lr with a diverged seed is no candidate; a run
+    that diverged is listed with its step (``diverged``). A row: ``metric``, ``selected_on``, ``best_lr``,
+    ``summary`` (seeds' mean / min / max / n / per-seed ``values``), ``ci`` (95% across seeds and test
+    examples on a task, across seeds on text; None for one text seed), ``runs``, ``by_lr``
+    (``{lr: reported mean}``), ``val_by_lr``, ``diverged``, ``failed_runs``, ``incomplete``; or
+    ``{"failed": error}`` / ``{"diverged_only": text}`` where no lr has a complete run.
+    """
     groups: dict[tuple[str, str], dict[float, list[dict]]] = defaultdict(lambda: defaultdict(list))
     failures: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    diverged: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    incomplete: dict[tuple[str, str], int] = defaultdict(int)
     for line in lines:
         key = (line["data"], line["model"])
-        if line.get("status") == "ok":
+        state = line.get("status")
+        if state == "ok" and line.get("complete", True):
             groups[key][line["lr"]].append(line)
+        elif state == "ok":
+            incomplete[key] += 1
+        elif state == "diverged":
+            diverged[key].append({"lr": line["lr"], "seed": line["seed"], "step": line.get("diverged_step")})
         else:
             failures[key].append(line)
     rows = {}
-    for key in set(groups) | set(failures):
-        by_lr = groups.get(key)
+    for key in set(groups) | set(failures) | set(diverged) | set(incomplete):
+        gone = sorted(diverged.get(key, []), key=lambda d: (d["lr"], d["seed"]))
+        bad_lrs = {d["lr"] for d in gone}
+        by_lr = {lr: runs for lr, runs in groups.get(key, {}).items() if lr not in bad_lrs}
         if not by_lr:
-            rows[key] = {"failed": failures[key][0]["error"]}
+            if gone:
+                rows[key] = {"diverged_only": "; ".join(_diverged_text(d) for d in gone), "diverged": gone}
+            elif failures.get(key):
+                rows[key] = {"failed": failures[key][0]["error"]}
+            else:
+                rows[key] = {"failed": f"{incomplete[key]} incomplete run(s), no complete one"}
             continue
         text = next(iter(by_lr.values()))[0]["kind"] == "text"
-        metric = "bits_per_byte" if text else "acc"
-        means = {lr: seed_summary([r[metric] for r in runs]) for lr, runs in by_lr.items()
-                 if all(r.get(metric) is not None for r in runs)}
-        if not means:
+        metric, select = ("bits_per_byte", "bits_per_byte") if text else ("acc", "best_val_acc")
+        usable = {lr: runs for lr, runs in by_lr.items()
+                  if all(r.get(metric) is not None and r.get(select) is not None for r in runs)}
+        if not usable:
             rows[key] = {"failed": f"no {metric} recorded"}
             continue
+        val = {lr: seed_summary([r[select] for r in runs])["mean"] for lr, runs in usable.items()}
         pick = min if text else max
-        best_lr = pick(sorted(means), key=lambda lr: means[lr]["mean"])
-        runs = sorted(by_lr[best_lr], key=lambda r: r["seed"])
-        rows[key] = {"metric": metric, "best_lr": best_lr, "summary": means[best_lr], "runs": runs,
-                     "by_lr": {lr: means[lr]["mean"] for lr in sorted(means)},
-                     "failed_runs": len(failures.get(key, []))}
+        best_lr = pick(sorted(val), key=lambda lr: val[lr])
+        runs = sorted(usable[best_lr], key=lambda r: r["seed"])
+        values = [r[metric] for r in runs]
+        if text:
+            ci = seed_example_ci([None] * len(runs), values) if len(runs) > 1 else None
+        elif len(runs) == 1 and not runs[0].get("example_counts"):
+            ci = list(runs[0]["ci"]["acc"])  # a line without example counts: its own interval over examples
+        else:
+            ci = seed_example_ci([r.get("example_counts") or None for r in runs], values)
+        rows[key] = {"metric": metric, "selected_on": "validation", "best_lr": best_lr,
+                     "summary": seed_summary(values), "ci": ci, "runs": runs,
+                     "by_lr": {lr: seed_summary([r[metric] for r in usable[lr]])["mean"] for lr in sorted(usable)},
+                     "val_by_lr": {lr: val[lr] for lr in sorted(usable)}, "diverged": gone,
+                     "failed_runs": len(failures.get(key, [])), "incomplete": incomplete.get(key, 0)}
     return rows
+
+
+def _diverged_text(d: dict) -> str:
+    return f"diverged at step {d['step']} (lr {d['lr']:g}, seed {d['seed']})"
 
 
 def _num(value, digits: int = 0) -> str:
@@ -94,7 +135,7 @@ def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
         f" {'untied' if settings.get('untied') else 'tied'}; the same data, {settings.get('steps')} steps, batch"
         f" {settings.get('batch_size')}, lr grid {', '.join(f'{lr:g}' for lr in settings.get('lrs', []))}, seeds"
         f" {', '.join(map(str, settings.get('seeds', [])))}; evaluations every {settings.get('eval_every')} steps."
-        f" Each row is the family's best lr (seeds' mean); seeds as mean [min, max] (n).",
+        f" Each row is the lr chosen on validation (seeds' mean), with its seeds' mean and per-seed values.",
         f"Measured with torch {env.get('torch', '?')} on {settings.get('device', '?')} ({env.get('dtype', '?')}"
         " weights).",
         "",
@@ -113,44 +154,63 @@ def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
         share = f"{count / budget - 1:+.1%}" if count else "—"
         out.append(f"| {model} | {_config_text(fit)} | {_num(count)} | {share} |"
                    f" {_num(first.get('cache_bytes_per_token'))} | {_num(first.get('cache_bytes_constant'))} |")
+    few = False
     for spec in data:
         kind = next(x["kind"] for x in lines if x["data"] == spec)
         out += ["", f"## {spec}", ""]
         if kind == "text":
             scope = next((x.get("val_scope") for x in lines if x["data"] == spec and x.get("val_scope")), "?")
-            out += [f"Validation bits per byte at the last step ({scope}; lower is better).", "",
-                    "| model | params total / embedding | best lr | bits per byte | every lr | steps |"
-                    " train tok/s | decode tok/s | wall s |",
-                    "|---|---:|---:|---|---|---:|---:|---:|---:|"]
+            out += [f"Validation bits per byte at the last step ({scope}; lower is better). Text has no test"
+                    " split: the lr is chosen on these same validation batches, so the figure is optimistic by"
+                    " that choice.", "",
+                    "| model | params total / embedding | lr (validation) | bits per byte: mean; per seed |"
+                    " 95% CI (seeds) | every lr | steps | train tok/s | decode tok/s | wall s |",
+                    "|---|---:|---:|---|---|---|---:|---:|---:|---:|"]
         else:
-            out += ["Test accuracy at the scored positions, with the first seed's 95% bootstrap interval"
-                    " (1,000 resamples of the test examples).", "",
-                    "| model | params total / embedding | best lr | accuracy | 95% CI | exact | every lr | steps |"
-                    " train tok/s | decode tok/s | wall s |",
+            out += ["Test accuracy at the scored positions of the lr chosen on validation accuracy, over its"
+                    " seeds, with a 95% interval across seeds and test examples (1,000 two-stage resamples).", "",
+                    "| model | params total / embedding | lr (validation) | accuracy: mean; per seed |"
+                    " 95% CI (seeds × examples) | exact | every lr (validation → test) | steps | train tok/s |"
+                    " decode tok/s | wall s |",
                     "|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|"]
+        blanks = " — |" * (8 if kind == "text" else 9)
         for model in models:
             row = rows.get((spec, model))
             if row is None:
                 continue
+            if "diverged_only" in row:
+                out.append(f"| {model} | {_cell(row['diverged_only'])} |{blanks}")
+                continue
             if "failed" in row:
-                blanks = " — |" * (7 if kind == "text" else 9)
                 out.append(f"| {model} | failed: {_cell(row['failed'])} |{blanks}")
                 continue
             r, s = row["runs"][0], row["summary"]
             digits = 4 if kind == "text" else 3
-            value = f"{s['mean']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}] ({s['n']})"
-            every = ", ".join(f"{lr:g}: {m:.{digits}f}" for lr, m in row["by_lr"].items())
+            mark = "" if s["n"] >= CLAIM_SEEDS else "*"
+            few = few or bool(mark)
+            value = f"{s['mean']:.{digits}f}{mark}; " + ", ".join(f"{v:.{digits}f}" for v in s["values"])
+            ci = "—" if row["ci"] is None else f"[{row['ci'][0]:.{digits}f}, {row['ci'][1]:.{digits}f}]"
+            if kind == "text":
+                every = [f"{lr:g}: {m:.{digits}f}" for lr, m in row["by_lr"].items()]
+            else:
+                every = [f"{lr:g}: {row['val_by_lr'][lr]:.3f} → {m:.3f}" for lr, m in row["by_lr"].items()]
+            every += [_diverged_text(d) for d in row["diverged"]]
             if row["failed_runs"]:
-                every += f" ({row['failed_runs']} failed)"
+                every.append(f"{row['failed_runs']} failed")
+            if row["incomplete"]:
+                every.append(f"{row['incomplete']} incomplete")
+            every_text = _cell(", ".join(every))
             params = f"{r['params_total']:,} / {r['params_embedding']:,}"
             speed = f"{_num(r['train_tokens_per_s'])} | {_num(r['decode_tokens_per_s'])} | {_num(r['wall_s'])}"
             if kind == "text":
-                out.append(f"| {model} | {params} | {row['best_lr']:g} | {value} | {every} | {r['steps']} | {speed} |")
+                out.append(f"| {model} | {params} | {row['best_lr']:g} | {value} | {ci} | {every_text} | {r['steps']} |"
+                           f" {speed} |")
             else:
-                ci = r["ci"]["acc"]
                 exact = seed_summary([x["exact"] for x in row["runs"]])["mean"]
-                out.append(f"| {model} | {params} | {row['best_lr']:g} | {value} | [{ci[0]:.3f}, {ci[1]:.3f}] |"
-                           f" {exact:.3f} | {every} | {r['steps']} | {speed} |")
+                out.append(f"| {model} | {params} | {row['best_lr']:g} | {value} | {ci} | {exact:.3f} | {every_text} |"
+                           f" {r['steps']} | {speed} |")
+    if few:
+        out += ["", f"\\* fewer than {CLAIM_SEEDS} seeds: a reading, not a claim (`--seeds 0,1,2`)."]
     out += ["", "## Scaling rules", ""]
     for model in models:
         fit = next((x["fit"] for x in lines if x["model"] == model), {})
@@ -202,7 +262,7 @@ def make_plots(lines: list[dict], out: Path) -> list[Path]:
     written: list[Path] = []
     text = [d for d in data if next(x["kind"] for x in lines if x["data"] == d) == "text"]
     tasks = [d for d in data if d not in text]
-    ok = {k: r for k, r in rows.items() if "failed" not in r}
+    ok = {k: r for k, r in rows.items() if "summary" in r}
     try:
         points = [(d, m, ok[(d, m)]) for d in text for m in models if (d, m) in ok]
         if points:
@@ -239,7 +299,7 @@ def make_plots(lines: list[dict], out: Path) -> list[Path]:
                     ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", ms=3, color=colour[m], label=m)
                 ax.set_xlabel("training tokens")
                 ax.set_ylabel("validation loss (nats / token)")
-                ax.set_title(f"{d} (best lr, first seed)")
+                ax.set_title(f"{d} (lr chosen on validation, first seed)")
                 ax.legend(fontsize=7)
             _save(fig, out / PLOTS[2], written)
         t7 = [(d, m, ok[(d, m)]) for d in tasks for m in models
@@ -255,7 +315,7 @@ def make_plots(lines: list[dict], out: Path) -> list[Path]:
             ax.set_xlabel("distance group")
             ax.set_ylabel("test accuracy")
             ax.set_ylim(-0.02, 1.02)
-            ax.set_title("T7 accuracy by distance (best lr, first seed)")
+            ax.set_title("T7 accuracy by distance (lr chosen on validation, first seed)")
             ax.legend(fontsize=7)
             _save(fig, out / PLOTS[3], written)
     finally:

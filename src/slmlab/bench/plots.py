@@ -6,8 +6,11 @@
 * ``t4_acc_vs_length.png``: induction accuracy vs test length (log x), training length marked.
 * ``t5_depth_length.png`` / ``t6_depth_length.png``: depth × length heat-maps of ``exact``.
 * ``t7_acc_vs_distance.png``: T7 accuracy vs distance per model.
-* ``best_acc.png``: every (task spec, model) at its best lr, with the 95% interval.
-A plot whose data is absent is skipped; :func:`make_plots` returns the files written.
+* ``best_acc.png``: every (task spec, model) at its best lr (chosen on validation), with the 95%
+  interval across seeds and examples.
+Only complete runs are drawn (a run the ``max_time`` cap stopped, or a diverged one, is no point on any
+plot; :mod:`slmlab.bench.report`). A plot whose data is absent is skipped; :func:`make_plots` returns
+the files written.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from .report import best_of_lr
+from .report import best_of_lr, latest, status
 
 
 def _pyplot():
@@ -39,7 +42,8 @@ def make_plots(lines: list[dict], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    rows = best_of_lr(lines)
+    rows = [r for r in best_of_lr(lines) if r["acc"] is not None]
+    lines = [x for x in latest(lines) if status(x) == "complete"]
     try:
         _best_acc(plt, rows, out, written)
         _t1(plt, rows, out, written)
@@ -63,7 +67,7 @@ def _best_acc(plt, rows, out, written) -> None:
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 1.02)
-    ax.set_xlabel("test accuracy (best lr; bar: 95% bootstrap CI)")
+    ax.set_xlabel("test accuracy (lr chosen on validation; seeds' mean, bar: 95% CI over seeds and examples)")
     _save(fig, out / "best_acc.png", written)
 
 

@@ -1,4 +1,4 @@
-"""Confidence intervals over examples: the seeded percentile bootstrap.
+"""Confidence intervals over examples, and over seeds and examples: the seeded percentile bootstrap.
 
 Each metric is a function of per-example counts (``correct`` of ``scored`` positions): ``acc`` is
 the mean of ``correct/scored`` (Zoology's example accuracy), ``token_acc`` the pooled
@@ -6,6 +6,13 @@ the mean of ``correct/scored`` (Zoology's example accuracy), ``token_acc`` the p
 interval resamples the examples with replacement ``n_resamples`` times from a fixed seed
 (Efron & Tibshirani, "An Introduction to the Bootstrap", 1993), so the same results give the same
 interval; its width shrinks as ``1/√n`` in the number of examples.
+
+A claim is made over seeds (three by default): :func:`seed_example_ci` resamples the seeds, then each
+drawn seed's test examples (the two-stage bootstrap of hierarchical data, Davison & Hinkley,
+"Bootstrap Methods and their Application", 1997, section 3.8), so its interval holds both the
+training's seed-to-seed variation and each test set's sampling noise. A result line keeps its
+examples as :func:`example_counts` (``[[correct, scored, count], ...]``), which is all either
+bootstrap needs.
 """
 
 from __future__ import annotations
@@ -53,7 +60,50 @@ def bootstrap_ci(
     return {k: [float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))] for k, v in samples.items()}
 
 
-def seed_summary(values: list[float]) -> dict[str, float]:
-    """Mean, min and max over seeds (the form every claim takes: 3 seeds)."""
+def seed_summary(values: list[float]) -> dict:
+    """Mean, min, max and the per-seed values (in the order given) over seeds (every claim: 3 seeds)."""
     arr = np.asarray(values, dtype=np.float64)
-    return {"mean": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max()), "n": int(arr.size)}
+    return {"mean": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max()), "n": int(arr.size),
+            "values": [float(v) for v in arr]}
+
+
+def example_counts(correct: np.ndarray, scored: np.ndarray) -> list[list[int]]:
+    """The test examples as ``[[correct, scored, count], ...]`` (sorted): a few numbers per result line that
+    keep every per-example metric and either bootstrap exact."""
+    pairs = np.stack([np.asarray(correct, dtype=np.int64), np.asarray(scored, dtype=np.int64)], axis=1)
+    unique, count = np.unique(pairs, axis=0, return_counts=True)
+    return [[int(c), int(s), int(n)] for (c, s), n in zip(unique, count)]
+
+
+def seed_example_ci(per_seed: list, values: list[float] | None = None, n_resamples: int = N_RESAMPLES,
+                    seed: int = 0, level: float = LEVEL) -> list[float]:
+    """Percentile interval ``[low, high]`` of the seeds' mean accuracy, resampling seeds and then, within
+    each drawn seed, its test examples.
+
+    Args:
+        per_seed: one entry per seed: its :func:`example_counts`, or None where a seed has no examples
+            (text data; old result lines), which then counts with its fixed ``values[i]``.
+        values: the per-seed values for the None entries.
+        n_resamples / seed / level: as :func:`bootstrap_ci`.
+    """
+    rng = np.random.default_rng(seed)
+    k = len(per_seed)
+    if not k:
+        raise ValueError("need at least one seed")
+    # draws[i][j]: seed i's accuracy in n_resamples example resamples, for the j-th seed slot of a resample
+    draws = np.empty((k, k, n_resamples))
+    for i, counts in enumerate(per_seed):
+        if counts is None:
+            if values is None or values[i] is None:
+                raise ValueError(f"seed {i} has neither example counts nor a value")
+            draws[i] = values[i]
+            continue
+        table = np.asarray(counts, dtype=np.float64).reshape(-1, 3)
+        n = int(table[:, 2].sum())
+        acc = table[:, 0] / table[:, 1]
+        picked = rng.multinomial(n, table[:, 2] / n, size=(k, n_resamples))  # [slot, resample, category]
+        draws[i] = picked @ acc / n
+    which = rng.integers(0, k, size=(n_resamples, k))  # the seeds each resample draws
+    means = draws[which, np.arange(k)[None, :], np.arange(n_resamples)[:, None]].mean(axis=1)
+    tail = (1.0 - level) / 2 * 100
+    return [float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))]

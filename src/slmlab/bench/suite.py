@@ -21,8 +21,10 @@ class RunPlan:
         model: a model id of :data:`slmlab.bench.models.MODELS` or a registered family / preset.
         lr: peak learning rate (AdamW, warm-up 10%, cosine to 0; ``constant_lr`` for Mamba's protocols).
         seed: model init and data.
-        batch_size / max_steps / max_time: the budget (a run stops at whichever comes first, or when
-            validation accuracy exceeds 0.99).
+        batch_size / max_steps: the budget (a run stops at ``max_steps``, or earlier when validation
+            accuracy exceeds 0.99: both functions of the steps, so the same on any machine).
+        max_time: a safety cap in seconds of training (0 = none); a run it stops is written
+            ``"complete": false`` and no table shows it. Not part of :attr:`key`.
         eval_every: validation cadence in steps (an epoch for fixed sets, 500 for fresh data).
         train_on: ``scored`` or ``all`` (T2 trains as a full LM, safari style).
         model_config: config overrides as ``((field, value), ...)`` (e.g. ``(("d_model", 128),)``).
@@ -35,7 +37,7 @@ class RunPlan:
     seed: int = 0
     batch_size: int = 64
     max_steps: int = 10_000
-    max_time: float = 300.0
+    max_time: float = 0.0
     eval_every: int = 313
     train_on: str = "scored"
     model_config: tuple = ()
@@ -43,10 +45,13 @@ class RunPlan:
 
     @property
     def key(self) -> str:
-        """A stable identifier: a rerun with the same ``--out`` skips the plans whose key is already there."""
+        """A stable identifier of what the run computes: a rerun with the same ``--out`` skips the plans whose
+        key is already there finished. The ``max_time`` cap is no part of it (it does not change the result of
+        a run it does not stop), so a run the cap cut short is redone under the same key with a larger cap."""
         extra = ",".join(f"{k}={v}" for k, v in self.model_config)
         return (f"{self.task}|{self.model}{'[' + extra + ']' if extra else ''}|lr={self.lr:g}|seed={self.seed}"
-                f"|b={self.batch_size}|steps={self.max_steps}|t={self.max_time:g}|{self.train_on}")
+                f"|b={self.batch_size}|steps={self.max_steps}|eval={self.eval_every}|{self.train_on}"
+                f"{'|constant_lr' if self.constant_lr else ''}")
 
     @property
     def task_name(self) -> str:

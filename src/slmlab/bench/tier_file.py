@@ -3,7 +3,7 @@
 source: ``--tier cpu-full`` reads ``tiers/cpu-full.yaml``); ``--tier FILE.yaml`` reads a user's copy.
 
 A file names its tier and lists groups; each group is the product of its ``tasks`` × ``models`` × ``lrs``
-(× the lists inside ``model_config``, e.g. a ``d_model`` sweep) with the group's budget::
+× ``seeds`` (× the lists inside ``model_config``, e.g. a ``d_model`` sweep) with the group's budget::
 
     tier: cpu-full
     description: what the tier is for
@@ -12,11 +12,14 @@ A file names its tier and lists groups; each group is the product of its ``tasks
       - tasks: [mqar:cpu, "mqar:cpu,T=128,N=8"]
         models: [attn2-z, shortconv4]
         lrs: [1.0e-3, 3.0e-3]
-        max_steps: 9390
-        max_time: 240
+        max_steps: 2191                 # the budget: steps, the same on any machine
+        max_time: 1200                  # a safety cap only (a run it stops is no result)
 
-Every other key of a group (and of ``defaults``) is a :class:`~slmlab.bench.suite.RunPlan` field. Unknown
-keys, tasks and models raise ``ValueError`` naming the file, the group and the key, before any run starts.
+``max_steps`` is required in every group (or in ``defaults``): a run's budget is its steps, never the
+clock. ``seeds`` defaults to :data:`DEFAULT_SEEDS` (three: what a claim needs); a check tier says
+``seeds: [0]``. Every other key of a group (and of ``defaults``) is a
+:class:`~slmlab.bench.suite.RunPlan` field. Unknown keys, tasks and models raise ``ValueError`` naming the
+file, the group and the key, before any run starts.
 ``slmlab bench run --tier FILE.yaml`` runs it; ``slmlab bench list --yaml TIER`` prints a built-in one.
 """
 
@@ -33,6 +36,7 @@ from .suite import RunPlan, filter_plans
 GROUP_LISTS = {"tasks": "task", "models": "model", "lrs": "lr", "seeds": "seed"}
 PLAN_FIELDS = {f.name for f in dataclasses.fields(RunPlan)} - {"task", "model", "lr", "seed", "model_config"}
 TOP_KEYS = ("tier", "description", "defaults", "groups")
+DEFAULT_SEEDS = [0, 1, 2]
 TIERS_DIR = Path(__file__).parent / "tiers"
 
 
@@ -89,8 +93,8 @@ def load_tier_file(path: str | Path) -> tuple[str, str, list[RunPlan]]:
         raise ValueError(f"{path}: 'groups' must be a non-empty list of run groups")
     defaults = raw.get("defaults") or {}
     if not isinstance(defaults, dict):
-        raise ValueError(f"{path}: 'defaults' must be a mapping of RunPlan fields")
-    _check_keys(path, "defaults", defaults, sorted(PLAN_FIELDS))
+        raise ValueError(f"{path}: 'defaults' must be a mapping of RunPlan fields (and seeds)")
+    _check_keys(path, "defaults", defaults, sorted(PLAN_FIELDS | {"seeds"}))
     plans = []
     for number, group in enumerate(groups, 1):
         if not isinstance(group, dict):
@@ -105,11 +109,14 @@ def _expand(path: Path, number: int, group: dict) -> list[RunPlan]:
     _check_keys(path, where, group, sorted(PLAN_FIELDS | set(GROUP_LISTS) | {"model_config"}))
     axes = []
     for key in ("tasks", "models", "lrs", "seeds"):
-        values = group.get(key, [0] if key == "seeds" else None)
+        values = group.get(key, DEFAULT_SEEDS if key == "seeds" else None)
         values = [values] if isinstance(values, (str, int, float)) else values
         if not isinstance(values, list) or not values:
             raise ValueError(f"{path}: {where} needs a non-empty list '{key}'")
         axes.append(values)
+    if "max_steps" not in group:
+        raise ValueError(f"{path}: {where} has no max_steps; a run's budget is its step count (max_time is only a"
+                         " safety cap): add max_steps to the group or to defaults")
     config = group.get("model_config") or {}
     if not isinstance(config, dict):
         raise ValueError(f"{path}: {where}: 'model_config' must be a mapping of config fields")

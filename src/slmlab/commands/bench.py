@@ -18,9 +18,13 @@ def bench_command(argv: list[str]) -> int:
     slmlab bench report DIR                 (tables and plots from DIR/results.jsonl)
     slmlab bench reproduce zoology-fig2 | mamba-table1 | mamba-table11 | pgsm-distance [--out DIR] [--run]
 
-    A run prints which run of how many is going and an ETA; rerunning with the same --out skips the
-    runs already in DIR/results.jsonl. Each run writes one JSON line (task, model, parameters,
-    state floats, lr, seed, steps, wall time, acc / token_acc / exact with 95% bootstrap CIs, ...).
+    A run's budget is its max_steps; max_time is only a safety cap, and a run it stops is written
+    "complete": false and is in no table. A run prints which run of how many is going and an ETA;
+    rerunning with the same --out skips the runs already finished in DIR/results.jsonl and redoes the
+    others. Ctrl-C stops the whole command (exit 130) and records nothing for the run it cut short.
+    Each run writes one JSON line (task, model, parameters, state floats, lr, seed, steps, how it
+    stopped, acc / token_acc / exact with 95% bootstrap CIs, ...). The report chooses each lr on
+    validation and gives the seeds' mean, per-seed values and a CI across seeds and examples.
     """
     p = command_parser(bench_command, "bench")
     p.add_argument("action", choices=ACTIONS)
@@ -29,13 +33,15 @@ def bench_command(argv: list[str]) -> int:
                    help="cpu-smoke, cpu-full, gpu-paper or micro, or a tier file (FILE.yaml)")
     p.add_argument("--tasks", default="", help="comma-separated task names or aliases (default: the tier's)")
     p.add_argument("--models", default="", help="comma-separated model ids (default: the tier's)")
-    p.add_argument("--seeds", default="", help="comma-separated seeds (default: 0); claims use 0,1,2")
+    p.add_argument("--seeds", default="",
+                   help="comma-separated seeds (default: the tier file's; 0,1,2 unless it says otherwise, as claims need)")
     p.add_argument("--out", default="runs/bench", help="results folder (default runs/bench)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--max-time", type=float, default=None,
-                   help="replace every run's time budget (seconds; 0 = none: runs stop at their step cap or early stop)")
-    p.add_argument("--dry-run", action="store_true", help="list the runs and their time budgets only")
+                   help="replace every run's max_time safety cap (seconds of training; 0 = no cap); the budget stays"
+                        " max_steps")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and their step budgets only")
     p.add_argument("--run", action="store_true", help="reproduce: run the anchor's missing runs first")
     p.add_argument("--yaml", metavar="TIER", default=None,
                    help="list: print the built-in tier's YAML file (`> my.yaml`, edit, then run --tier my.yaml)")
@@ -71,14 +77,16 @@ def _run(args) -> int:
     plans = filter_plans(plans, _split(args.tasks) or None, _split(args.models) or None, _seeds(args.seeds))
     if args.max_time is not None:
         if args.max_time < 0:
-            raise ValueError(f"--max-time must be >= 0 seconds, got {args.max_time}; 0 removes the time budget")
+            raise ValueError(f"--max-time must be >= 0 seconds, got {args.max_time}; 0 removes the safety cap")
         plans = [dataclasses.replace(x, max_time=float(args.max_time)) for x in plans]
     if not plans:
         raise ValueError(f"tier {args.tier} has no run for tasks={args.tasks!r} models={args.models!r}; see `slmlab bench list`")
     if args.dry_run:
         for i, plan in enumerate(plans, 1):
             print(f"[{i}/{len(plans)}] {plan.key}")
-        print(f"{len(plans)} runs, time budgets sum to {sum(x.max_time for x in plans) / 60:.1f} min")
+        print(f"{len(plans)} runs, {sum(x.max_steps for x in plans):,} steps in all, seeds"
+              f" {','.join(map(str, sorted({x.seed for x in plans})))}; safety caps (max_time) sum to"
+              f" {sum(x.max_time for x in plans) / 60:.1f} min")
         return 0
     _check_fits(plans)
     run_plans(plans, tier, args.out, args.device)
@@ -111,7 +119,9 @@ def _list(args) -> int:
     print("tiers:")
     for name, path in builtin_tiers().items():
         _, description, plans = load_tier_file(path)
-        print(f"  {name:<10} {len(plans):>4} runs, budgets {sum(p.max_time for p in plans) / 60:>7.0f} min  {description}")
+        seeds = len({p.seed for p in plans})
+        print(f"  {name:<10} {len(plans):>4} runs ({seeds} seed{'s' if seeds > 1 else ''}),"
+              f" {sum(p.max_steps for p in plans):>11,} steps  {description}")
     print("tasks:")
     for cls in sorted(set(TASKS.values()), key=lambda c: c.task_id):
         aliases = sorted(k for k, v in TASKS.items() if v is cls and k != cls.name)
@@ -128,12 +138,14 @@ def _list(args) -> int:
 
 def _report(args) -> int:
     from ..bench.plots import make_plots
-    from ..bench.report import best_of_lr, format_table
+    from ..bench.report import best_of_lr, format_table, incomplete_note
     from ..bench.run import read_results
 
     folder = Path(args.target or args.out)
     lines = read_results(folder)
     print(format_table(best_of_lr(lines)))
+    note = incomplete_note(lines)
+    print(note or "every run complete")
     written = make_plots(lines, (folder if folder.is_dir() else folder.parent) / "plots")
     for path in written:
         print(f"plot: {path}")

@@ -10,12 +10,15 @@ def compare_command(argv: list[str]) -> int:
 
     Every family is fitted to --budget (±10%) by its scaling rule, embeddings tied (--untied keeps
     them separate), then trained as `slmlab train` trains it on every --data corpus and --tasks task
-    with the same steps, batch, lr grid and seeds. The report folder (--out) holds summary.md,
-    results.jsonl, fitted_configs.json and PNGs; a rerun with the same --out skips finished runs, and
-    --report-only DIR rebuilds the report from DIR/results.jsonl alone. Details: docs/compare.md.
+    with the same steps, batch, lr grid and seeds (three by default). The budget is --steps: no run has
+    a time limit. Each family's lr is chosen on validation; its row gives the seeds' mean, per-seed
+    values and a 95% interval across seeds (and test examples, on tasks); a diverged run is shown with
+    its step. The report folder (--out) holds summary.md, results.jsonl, fitted_configs.json and PNGs; a
+    rerun with the same --out skips finished runs, and --report-only DIR rebuilds the report from
+    DIR/results.jsonl alone. Details: docs/compare.md.
 
     example: slmlab compare --models lumen,lfm2,pgsm,nanohammer,neollm --budget 2M --data shakespeare
-             --tasks mqar:cpu,t7:cpu --steps 300 --lrs 1e-3,3e-3 --seeds 0 --out runs/compare
+             --tasks mqar:cpu,t7:cpu --steps 300 --lrs 1e-3,3e-3 --seeds 0,1,2 --out runs/compare
     """
     p = command_parser(compare_command, "compare")
     p.add_argument("--models", default="lumen,lfm2,pgsm,nanohammer,neollm",
@@ -26,8 +29,10 @@ def compare_command(argv: list[str]) -> int:
     p.add_argument("--steps", type=int, default=200, help="training steps per run (default: 200)")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: 32)")
     p.add_argument("--block-size", type=int, default=128, help="sequence length on text data (default: 128)")
-    p.add_argument("--lrs", default="1e-3,3e-3", help="learning-rate grid; the best is reported (default: %(default)s)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds (3 for a claim; default: 0)")
+    p.add_argument("--lrs", default="1e-3,3e-3",
+                   help="learning-rate grid; the one best on validation is reported (default: %(default)s)")
+    p.add_argument("--seeds", default="0,1,2",
+                   help="comma-separated seeds; the report's rows are over them (default: %(default)s, what a claim needs)")
     p.add_argument("--eval-every", type=int, default=0, help="validation cadence in steps (default: 4 per run)")
     p.add_argument("--eval-batches", type=int, default=16,
                    help="text validation batches per evaluation, the same for every model (0: whole split; default: 16)")

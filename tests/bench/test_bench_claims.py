@@ -1,0 +1,113 @@
+"""Claims with seeds: three seeds by default, the learning rate chosen on validation (never on test), a
+confidence interval across seeds and examples, diverged and incomplete runs shown and never averaged in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from slmlab import cli
+from slmlab.bench.report import best_of_lr, format_table
+from slmlab.bench.run import SCHEMA
+from slmlab.bench.stats import bootstrap_ci, example_counts, seed_example_ci
+from slmlab.bench.tier_file import load_tier_file, tier_plans
+
+
+def counts_for(acc: float, n: int = 400, seed: int = 0) -> list[list[int]]:
+    """``example_counts`` of ``n`` examples with 4 scored positions each and about ``acc`` of them right."""
+    rng = np.random.default_rng(seed)
+    correct = rng.binomial(4, acc, size=n)
+    return example_counts(correct, np.full(n, 4))
+
+
+def line(model="attn2-z", lr=1e-3, seed=0, acc=0.5, val=0.5, **extra) -> dict:
+    counts = extra.pop("example_counts") if "example_counts" in extra else counts_for(acc, seed=seed)
+    base = dict(schema=SCHEMA, key=f"{model}|{lr}|{seed}", task="mqar", task_spec="mqar:cpu", tier="x", model=model,
+                d_model=64, lr=lr, seed=seed, params_total=1000, params_nonembedding=500, state_floats=10, n_layers=2,
+                batch_size=8, train_on="scored", steps=100, max_steps=100, max_time=0.0, wall_s=1.0, tokens_seen=6400,
+                stop_reason="max_steps reached", stop="max_steps: 100 of 100 steps", complete=True, diverged_step=None,
+                acc=acc, token_acc=acc, exact=acc, ci=None if acc is None else {"acc": [acc - 0.02, acc + 0.02]}, examples=400,
+                example_counts=counts, best_step=100, best_val_acc=val, task_config={"T": 64, "N": 4})
+    return {**base, **extra}
+
+
+def test_tier_files_default_to_three_seeds_and_the_check_tiers_say_one(tmp_path, capsys):
+    path = tmp_path / "bench-mine.yaml"
+    path.write_text("groups: [{tasks: [t7:cpu], models: [attn2-z], lrs: [1.0e-3, 3.0e-3], max_steps: 10}]\n")
+    _, _, plans = load_tier_file(path)
+    assert [(p.lr, p.seed) for p in plans] == [(lr, s) for lr in (1e-3, 3e-3) for s in (0, 1, 2)]
+    assert {p.seed for p in tier_plans("cpu-full")} == {0, 1, 2}
+    assert {p.seed for p in tier_plans("micro")} == {p.seed for p in tier_plans("cpu-smoke")} == {0}  # checks
+    assert cli.main(["bench", "run", "--tier", str(path), "--dry-run"]) == 0
+    assert "6 runs" in capsys.readouterr().out
+    assert cli.main(["bench", "run", "--tier", str(path), "--seeds", "4", "--dry-run"]) == 0
+    assert "2 runs" in capsys.readouterr().out
+
+
+def test_the_best_lr_is_chosen_on_validation_never_on_test():
+    # lr 3e-3 has the better test accuracy but the worse validation accuracy: 1e-3 is the one chosen
+    lines = [line(lr=1e-3, seed=s, acc=0.5, val=0.9) for s in (0, 1, 2)]
+    lines += [line(lr=3e-3, seed=s, acc=0.8, val=0.6) for s in (0, 1, 2)]
+    (row,) = best_of_lr(lines)
+    assert row["best_lr"] == 1e-3 and row["acc"]["mean"] == pytest.approx(0.5)
+    assert row["by_lr"]["0.001"]["val"] == pytest.approx(0.9) and row["by_lr"]["0.003"]["test"] == pytest.approx(0.8)
+
+
+def test_a_row_gives_per_seed_values_and_an_interval_across_seeds_and_examples():
+    lines = [line(seed=s, acc=a, val=a) for s, a in ((0, 0.4), (1, 0.6), (2, 0.8))]
+    (row,) = best_of_lr(lines)
+    assert row["acc"]["values"] == [0.4, 0.6, 0.8] and row["acc"]["n"] == 3 and row["claim"]
+    assert row["ci"] == seed_example_ci([x["example_counts"] for x in lines])
+    lo, hi = row["ci"]
+    assert lo < 0.5 and hi > 0.7  # the seeds' spread, not one seed's examples
+    text = format_table([row])
+    assert "0.400, 0.600, 0.800" in text and f"[{lo:.3f}, {hi:.3f}]" in text
+
+
+def test_seed_example_ci_is_seeded_and_reduces_to_the_example_bootstrap_for_one_seed():
+    one = counts_for(0.7, n=800)
+    a = seed_example_ci([one])
+    assert a == seed_example_ci([one])
+    correct = np.repeat([c for c, _, n in one], [n for _, _, n in one])
+    scored = np.repeat([s for _, s, n in one], [n for _, _, n in one])
+    lo, hi = bootstrap_ci(correct, scored)["acc"]
+    assert abs(a[0] - lo) < 0.01 and abs(a[1] - hi) < 0.01
+    same = seed_example_ci([one, one, one])
+    spread = seed_example_ci([counts_for(0.3, n=800), one, counts_for(0.95, n=800)])
+    assert same[1] - same[0] < a[1] - a[0] < spread[1] - spread[0]
+    assert seed_example_ci([None, None], values=[0.2, 0.4]) == pytest.approx([0.2, 0.4])  # seeds only
+
+
+def test_fewer_than_three_seeds_is_flagged_as_not_a_claim():
+    (row,) = best_of_lr([line(seed=0, acc=0.9, val=0.9)])
+    assert not row["claim"]
+    text = format_table([row])
+    assert "fewer than 3 seeds" in text and "*" in next(x for x in text.splitlines() if "attn2-z" in x)
+
+
+def test_diverged_and_incomplete_runs_are_shown_not_averaged():
+    lines = [line(lr=1e-3, seed=s, acc=0.5, val=0.5) for s in (0, 1, 2)]
+    # lr 3e-3: seed 1 diverged, so its better seeds do not make it the best lr
+    lines += [line(lr=3e-3, seed=s, acc=0.9, val=0.9) for s in (0, 2)]
+    lines.append(line(lr=3e-3, seed=1, acc=None, val=0.1, complete=False, diverged_step=17, example_counts=None,
+                      stop="diverged at step 17 of 100: loss became nan", ci=None))
+    # lr 1e-2: one seed stopped by the time cap: skipped, flagged
+    lines.append(line(lr=1e-2, seed=0, acc=0.99, val=0.99, complete=False, stop="max_time safety cap at step 40 of 100"))
+    (row,) = best_of_lr(lines)
+    assert row["best_lr"] == 1e-3 and row["acc"]["values"] == [0.5, 0.5, 0.5]
+    assert row["diverged"] == [{"lr": 3e-3, "seed": 1, "step": 17}]
+    assert row["incomplete"] == 1 and "0.01" not in row["by_lr"]
+    assert row["by_lr"]["0.003"]["diverged"] == 1
+    text = format_table([row])
+    assert "lr 0.003 seed 1 diverged at step 17" in text and "1 incomplete" in text
+
+
+def test_old_lines_without_the_complete_field_are_judged_by_their_stop_reason():
+    old = [line(seed=0, acc=0.3, val=0.3, stop_reason="time budget of 240 s reached"),
+           line(model="shortconv4", seed=0, acc=0.1, val=0.1, stop_reason="validation accuracy 0.9938 > 0.99")]
+    for x in old:
+        for key in ("complete", "stop", "diverged_step", "example_counts", "max_steps", "max_time", "tokens_seen"):
+            x.pop(key)
+    rows = best_of_lr(old)
+    assert [r["model"] for r in rows if r["acc"] is not None] == ["shortconv4"]
+    assert next(r for r in rows if r["model"] == "attn2-z")["incomplete"] == 1
