@@ -4,7 +4,7 @@ the layers, and none of the packages the library must not depend on. Cycles and 
 are checked for the whole tree by ``test_architecture.py``.
 
 Layers, bottom to top: ``_deps`` (the extra's check), ``data/``, ``embedding``, ``model``, ``heads/`` and
-``generate``, ``evaluation/``, ``training``, ``demo/``, ``pipeline`` (the command's entry points),
+``generate``, ``evaluation/`` and ``run_folder``, ``training``, ``demo/``, ``pipeline`` (the command's entry points),
 then the package ``__init__``. A module may import its own wing (cycles
 excepted) and any lower layer. The import of a module's parent packages (which Python runs first) is
 not an edge: only what the statement names is.
@@ -19,7 +19,7 @@ from import_graph import SRC, import_graph
 ROOT = SRC / "transactions"
 PACKAGE = "slmlab.transactions"
 LAYER = {"_deps": -1, "data": 0, "embedding": 1, "model": 2, "heads": 3, "generate": 3, "evaluation": 4,
-         "training": 5, "demo": 6, "pipeline": 7, "": 9}
+         "run_folder": 4, "training": 5, "demo": 6, "pipeline": 7, "": 9}
 FORBIDDEN = ("slmlab.commands", "slmlab.bench", "slmlab.serve", "slmlab.export", "slmlab.cli")
 ALLOWED_SLMLAB = {"layers", "data", "generation", "models", "evaluate", "train", "transactions"}
 

@@ -55,6 +55,7 @@ def transactions_command(argv: list[str]) -> int:
     g.add_argument("--out", required=True)
     g.add_argument("--format", default="parquet", choices=("parquet", "csv"))
     g.add_argument("--labels-separate", action="store_true", help="labels in labels.csv, not in transactions")
+    g.add_argument("--force", action="store_true", help="overwrite the files of a non-empty --out")
     g.add_argument("overrides", nargs="*", help="generator settings as key=value (e.g. n_customers=1000)")
     for name in ("pretrain", "finetune", "evaluate", "score"):
         p = sub.add_parser(name)
@@ -66,8 +67,12 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--out", required=True, help="run folder")
             p.add_argument("--preset", default="lfm2_tiny", help="lfm2_tiny | lfm2_small")
             p.add_argument("items", nargs="*", help="run-config YAML files and key=value overrides")
+        if name in ("pretrain", "finetune"):
+            p.add_argument("--resume", action="store_true",
+                           help="continue from the run folder's last checkpoint (same seed, bank and model settings)")
+            p.add_argument("--allow-change", metavar="FIELD", action="append", default=[],
+                           help="with --resume, accept a change of this protected field (seed, data, ...); repeatable")
         if name == "pretrain":
-            p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
             p.add_argument("--max-transactions", type=int, default=None,
                            help="window length T in transactions (default: the preset's, 16 for lfm2_tiny)")
         if name == "finetune":
@@ -126,7 +131,7 @@ def _generate(args) -> int:
     from ..transactions import pipeline
 
     run = pipeline.generate_bank(args.out, args.preset, args.seed, args.format, args.labels_separate,
-                                 parse_overrides(args.overrides))
+                                 parse_overrides(args.overrides), force=args.force)
     n = len(run.data.transactions)
     print(f"{n:,} transactions ({n / run.seconds:,.0f} rows/s), {len(run.data.fraud_cases):,} fraud cases,"
           f" fraud rate {run.manifest['fraud_rate']:.4%} -> {args.out}")
@@ -138,6 +143,7 @@ def _pretrain(args) -> int:
 
     files, overrides = split_items(args.items)
     trainer = pipeline.pretrain(args.data, args.out, args.preset, files, overrides, resume=args.resume,
+                               allow_change=tuple(args.allow_change),
                                 max_transactions=args.max_transactions, **_common(args))
     ev = trainer.state.last_eval
     print(f"pretrained {trainer.state.step} steps; validation CE {ev.get('loss', float('nan')):.4f} -> {args.out}")
@@ -154,7 +160,8 @@ def _finetune(args) -> int:
     options = {k: getattr(args, k) for k in ("keep_negative", "fraud_share", "label_fraction", "loss", "focal_gamma",
                                              "head_inputs", "head_hidden", "recent_k")}
     trainer = pipeline.finetune(args.data, args.out, args.encoder, args.preset, files, overrides, head=args.head,
-                                linear_probe=args.linear_probe, **_common(args), **options)
+                                linear_probe=args.linear_probe, resume=args.resume,
+                                allow_change=tuple(args.allow_change), **_common(args), **options)
     ev = trainer.state.last_eval
     if args.head != "transaction":
         print(f"fine-tuned the {args.head} head {trainer.state.step} steps -> {args.out}")

@@ -9,6 +9,7 @@ config, as the command split them).
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -26,6 +27,15 @@ from .evaluation.evaluate import evaluate_models
 from .evaluation.score import score_transactions
 from .heads import HEADS, TransactionFraudModel, head_spec
 from .model import PRESETS, TransactionEncoder, TxnEncoderConfig, preset_schema
+from .run_folder import (
+    check_fresh_or_resume,
+    check_out_dir,
+    check_out_file,
+    is_non_empty,
+    require_encoder,
+    require_fraud_model,
+    run_lock,
+)
 
 
 def setup(threads: int = 0, device: str = "auto") -> str:
@@ -40,10 +50,23 @@ def load_model(path: str | Path, cls):
     return cls.from_pretrained(str(resolve_checkpoint(path)))
 
 
+def warn(message: str) -> None:
+    print(f"slmlab transactions: warning: {message}", file=sys.stderr)
+
+
+def check_drift(fitted: FittedSchema | None, transactions) -> None:
+    """Refuse data missing a column the model was trained with; warn of columns it does not know."""
+    if fitted is not None:
+        for line in fitted.check_drift(transactions):
+            warn(line)
+
+
 def load_prepared_bank(data: str | Path, schema: SchemaConfig | FittedSchema, customer_disjoint: bool = False) -> Bank:
     """The bank folder ``data`` split and encoded with ``schema`` (fitted on its training rows unless
-    already fitted)."""
+    already fitted: then the data's columns are checked against the training rows' first)."""
     tables = load_bank(data)
+    if isinstance(schema, FittedSchema):
+        check_drift(schema, tables.transactions)
     return prepare_bank(tables.transactions, schema, tables.customers, customer_disjoint=customer_disjoint)
 
 
@@ -58,9 +81,14 @@ class Generated:
 
 
 def generate_bank(out: str | Path, preset: str = "tiny", seed: int | None = None, fmt: str = "parquet",
-                  labels_separate: bool = False, overrides: dict | None = None) -> Generated:
+                  labels_separate: bool = False, overrides: dict | None = None, force: bool = False) -> Generated:
     """Generate the synthetic bank of ``preset`` (``configs/synth.yaml``) with ``overrides`` (generator
-    settings, e.g. ``{"n_customers": 1000}``; ``seed`` wins over theirs) and write it to ``out``."""
+    settings, e.g. ``{"n_customers": 1000}``; ``seed`` wins over theirs) and write it to ``out``: a
+    folder that already holds files (a bank, a mapped real export) is refused unless ``force``."""
+    check_out_dir(out)
+    if not force and is_non_empty(out):
+        raise ValueError(f"--out {out} is not empty (it may hold a bank or a mapped real export); pass --force to"
+                         " overwrite its files, or choose another folder")
     overrides = dict(overrides or {})
     if seed is not None:
         overrides["seed"] = seed
@@ -77,20 +105,23 @@ def generate_bank(out: str | Path, preset: str = "tiny", seed: int | None = None
 # -- pretrain / finetune -------------------------------------------------------------------------------------
 def pretrain(data: str | Path, out: str | Path, preset: str = "lfm2_tiny", files=(), overrides=(), device: str = "auto",
              threads: int = 0, customer_disjoint: bool = False, resume: bool = False,
-             max_transactions: int | None = None) -> Trainer:
+             max_transactions: int | None = None, allow_change: tuple[str, ...] = ()) -> Trainer:
     """Pretrain an encoder of ``preset`` on the bank ``data`` into the run folder ``out``; returns the
     harness's ``Trainer`` (``state.last_eval``: the validation report)."""
     setup(threads, device)
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; use one of {sorted(PRESETS)}")
+    with run_lock(out):  # refused before minutes of loading: a held or non-empty folder
+        check_fresh_or_resume(out, resume)
     bank = load_prepared_bank(data, preset_schema(preset), customer_disjoint)
     return training.pretrain(bank, preset, out, [f"device={device}", *overrides], resume=resume, files=list(files),
-                             max_transactions=max_transactions)
+                             max_transactions=max_transactions, allow_change=allow_change)
 
 
 def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = None, preset: str = "lfm2_tiny",
              files=(), overrides=(), device: str = "auto", threads: int = 0, customer_disjoint: bool = False,
-             head: str = "transaction", linear_probe: bool = False, **options) -> Trainer:
+             head: str = "transaction", linear_probe: bool = False, resume: bool = False,
+             allow_change: tuple[str, ...] = (), **options) -> Trainer:
     """Fine-tune the head ``head`` (a name of :data:`~slmlab.transactions.heads.HEADS`) from the
     pretrained run folder ``encoder`` (else from scratch) on the bank ``data`` into ``out``; returns
     the harness's ``Trainer``.
@@ -103,13 +134,17 @@ def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = Non
     if set(options) - known:
         raise ValueError(f"unknown finetune options {sorted(set(options) - known)}; known: {sorted(known)}")
     setup(threads, device)
+    if encoder:
+        require_encoder(encoder)
+    with run_lock(out):
+        check_fresh_or_resume(out, resume)
     model = load_model(encoder, TransactionEncoder) if encoder else None
     schema = model.config.fitted_schema if model is not None else preset_schema(preset)
     bank = load_prepared_bank(data, schema, customer_disjoint)
     window_options = {k: v for k, v in options.items() if k in spec.data_options}
     head_config = {field: options[opt] for opt, field in spec.cli_options.items() if opt in options}
     return training.finetune(bank, out, model, preset, [f"device={device}", *overrides], linear_probe, files=list(files),
-                             head=head, **window_options, **head_config)
+                             head=head, resume=resume, allow_change=allow_change, **window_options, **head_config)
 
 
 # -- evaluate / score ----------------------------------------------------------------------------------------
@@ -125,11 +160,17 @@ def evaluate(data: str | Path, out: str | Path, model: str | Path | None = None,
     first fine-tunes from it and from scratch on that share of the labels (``keep_negative``, ``files``
     and ``overrides`` as ``finetune``'s) and reports both."""
     device = setup(threads, device)
+    check_out_dir(out)
     if stacking and not model:
         raise ValueError("--stacking needs --model; pass a fine-tuned run folder")
     if (label_fraction is None) != (encoder is None):
         raise ValueError("--label-fraction and --encoder go together; pass both (e.g. --label-fraction 0.1"
                          " --encoder runs/pre) or neither")
+    if label_fraction is not None:
+        label_customers([], label_fraction)  # fail before loading anything
+        require_encoder(encoder)
+    if model:
+        require_fraud_model(model)
     fraud = load_model(model, TransactionFraudModel).to(device) if model else None
     schema = fraud.config.fitted_schema if fraud is not None else preset_schema("lfm2_tiny")
     models, pairs = {}, []
@@ -156,9 +197,13 @@ def score(data: str | Path, out: str | Path, model: str | Path | None = None, de
     device = setup(threads, device)
     if not model:
         raise ValueError("score needs --model; pass a fine-tuned run folder")
+    check_out_file(out)
+    require_fraud_model(model)
     fraud = load_model(model, TransactionFraudModel).to(device)
     tables = load_bank(data)
+    check_drift(fraud.config.fitted_schema, tables.transactions)
     table = score_transactions(fraud, tables.transactions, tables.customers, device=device)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     return table
 
@@ -182,6 +227,15 @@ def demo(quick: bool = False, checkpoint: str | Path | None = None, data: str | 
     from .demo.state import load_state, quick_state
 
     setup(threads)
+    if quick and data:
+        check_out_dir(data, "--data")
+        if is_non_empty(data):
+            raise ValueError(f"--data {data} is not empty; --quick writes a new bank and runs there: choose an empty or"
+                             " new folder (or omit --data for a temporary one)")
+    if not quick:
+        if not data:
+            raise ValueError("--checkpoint needs --data, the bank folder the demo shows")
+        require_fraud_model(checkpoint, "--checkpoint")
     # the demo's gradient-boosting fits are small; a full OpenMP pool on busy cores stalls them for minutes
     threadpool_limits(threads or 1)
     check_port(host, port)  # before minutes of training

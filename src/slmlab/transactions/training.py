@@ -4,11 +4,13 @@ resume and the non-finite stop are the harness's)."""
 
 from __future__ import annotations
 
+import shutil
 from functools import partial
 from pathlib import Path
 
 import torch
 
+from ..train.checkpoint import list_checkpoints
 from ..train.config import load_config
 from ..train.trainer import Trainer
 from .data.bank import Bank, label_customers
@@ -16,6 +18,7 @@ from .data.windows import TransactionWindows, WindowOptions
 from .evaluation.pretrain import pretrain_report, unigram_counts
 from .heads import TransactionFraudModel, head_spec
 from .model import TransactionEncoder, TxnEncoderConfig
+from .run_folder import bank_fingerprint, check_fresh_or_resume, resume_run, run_lock
 
 PRETRAIN_DEFAULTS = {"batch_size": 32, "max_steps": 200, "eval_every": 0, "checkpoint_every": 0, "log_every": 10,
                      "tensorboard": False, "optim": {"lr": 1e-3, "weight_decay": 0.1}, "schedule": {"warmup": 0.1}}
@@ -24,21 +27,37 @@ FINETUNE_DEFAULTS = {"batch_size": 32, "max_steps": 200, "eval_every": 0, "check
                      "schedule": {"warmup": 0.1}}
 
 
-def _run_config(defaults: dict, out_dir: str | Path, overrides: list[str], files: list[str] = ()):
-    base = {**defaults, "out_dir": str(out_dir), "model": "transactions", "data": "transactions"}
+def _run_config(defaults: dict, out_dir: str | Path, overrides: list[str], files: list[str] = (), bank: Bank | None = None,
+                model_config: dict | None = None):
+    """The harness's run config; ``data`` names the bank's content and ``model_config`` the model and head
+    settings, so that ``--resume`` refuses a change of either (:func:`.run_folder.resume_run`)."""
+    base = {**defaults, "out_dir": str(out_dir), "model": "transactions",
+            "data": bank_fingerprint(bank) if bank is not None else "transactions", "model_config": model_config or {}}
     return load_config(list(files), list(overrides), base=base)
 
 
 def pretrain(bank: Bank, preset: str, out_dir: str | Path, overrides: list[str] = (), resume: bool = False,
              model: TransactionEncoder | None = None, files: list[str] = (),
-             max_transactions: int | None = None) -> Trainer:
+             max_transactions: int | None = None, allow_change: tuple[str, ...] = ()) -> Trainer:
     """Pretrain an encoder of ``preset`` on the bank's training windows (stride ``T // 2``);
     validation reports per-feature CE against the training and customer-history unigrams.
     ``max_transactions`` sets the window length ``T`` (default: the preset's); fine-tuning and
-    scoring read ``T`` back from the saved encoder config."""
-    cfg = _run_config(PRETRAIN_DEFAULTS, out_dir, overrides, files)
-    torch.manual_seed(cfg.seed)
+    scoring read ``T`` back from the saved encoder config.
+
+    The run folder is :mod:`.run_folder`'s: locked while the run lasts, refused when it already holds a
+    run unless ``resume`` (which refuses a changed seed, bank or model and trims ``metrics.jsonl``)."""
     length = {} if max_transactions is None else {"max_transactions": max_transactions}
+    identity = {"stage": "pretrain", "preset": preset, **length}
+    cfg = _run_config(PRETRAIN_DEFAULTS, out_dir, overrides, files, bank, identity)
+    with run_lock(out_dir):
+        check_fresh_or_resume(out_dir, resume)
+        return _pretrain(bank, preset, cfg, resume, model, length, allow_change)
+
+
+def _pretrain(bank: Bank, preset: str, cfg, resume: bool, model: TransactionEncoder | None, length: dict,
+              allow_change: tuple[str, ...]) -> Trainer:
+    out_dir = cfg.out_dir
+    torch.manual_seed(cfg.seed)
     model = model or TransactionEncoder(TxnEncoderConfig.from_preset(preset, schema=bank.fitted, **length))
     T = model.config.max_transactions
     windows = {"train": bank.windows(T, T // 2, "train"), "validation": bank.windows(T, T // 2, "validation")}
@@ -50,8 +69,7 @@ def pretrain(bank: Bank, preset: str, out_dir: str | Path, overrides: list[str] 
         return pretrain_report(m, windows[split], counts, bs, next(m.parameters()).device)
 
     trainer = Trainer(cfg, model, source, evaluator=evaluator)
-    if resume and trainer.last_checkpoint() is not None:
-        trainer.resume(trainer.last_checkpoint())
+    resume_run(trainer, cfg, resume, allow_change)
     bank.fitted.save(Path(out_dir))
     trainer.train()
     return trainer
@@ -60,7 +78,7 @@ def pretrain(bank: Bank, preset: str, out_dir: str | Path, overrides: list[str] 
 def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None = None, preset: str = "lfm2_tiny",
              overrides: list[str] = (), linear_probe: bool = False, keep_negative: float = 1.0, seed: int = 0,
              files: list[str] = (), fraud_share: float = 0.0, label_fraction: float = 1.0, head: str = "transaction",
-             **head_config) -> Trainer:
+             resume: bool = False, allow_change: tuple[str, ...] = (), **head_config) -> Trainer:
     """Fine-tune the head ``head`` of :data:`~slmlab.transactions.heads.HEADS` (default the
     per-transaction fraud head) from ``encoder`` (else from scratch).
 
@@ -70,12 +88,25 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     the harness through its ``evaluator`` hook (``acc``: transaction or window PR-AUC, mean top-1 of the
     forecast, pair retrieval top-1). ``head_config``: the head's own config fields (e.g. ``fraud_loss``,
     ``focal_gamma``, ``fraud_head_inputs``, ``fraud_hidden`` for ``transaction``; ``sequence_recent_k``
-    for ``sequence``); ``linear_probe`` freezes the embedding and backbone."""
+    for ``sequence``); ``linear_probe`` freezes the embedding and backbone. The run folder is guarded
+    as :func:`pretrain`'s (``resume``: continue its newest checkpoint)."""
     spec = head_spec(head)
     unknown = set(head_config) - set(spec.config_fields)
     if unknown:
         raise ValueError(f"{sorted(unknown)} are not config fields of the {head} head; its fields: {spec.config_fields}")
-    cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files)
+    identity = {"stage": "finetune", "head": head, "preset": preset if encoder is None else None,
+                "encoder": getattr(encoder.config, "_name_or_path", "") or None if encoder is not None else None,
+                "linear_probe": bool(linear_probe), "keep_negative": keep_negative, "window_seed": seed,
+                "fraud_share": fraud_share, "label_fraction": label_fraction, **head_config}
+    cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files, bank, identity)
+    with run_lock(out_dir):
+        check_fresh_or_resume(out_dir, resume)
+        return _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fraud_share, label_fraction,
+                         spec, resume, allow_change, head_config)
+
+
+def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fraud_share, label_fraction, spec, resume,
+              allow_change, head_config) -> Trainer:
     torch.manual_seed(cfg.seed)
     T = encoder.config.max_transactions if encoder is not None else TxnEncoderConfig.from_preset(preset).max_transactions
     windows, fixed = spec.windows(bank, T, WindowOptions(keep_negative, fraud_share, label_fraction, seed), head_config)
@@ -87,6 +118,7 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     source = TransactionWindows(windows, partial(spec.labels, config=model.config))
     bs = cfg.eval_batch_size or cfg.batch_size
     trainer = Trainer(cfg, model, source, evaluator=lambda m, split: spec.evaluate(m, windows[split], bs))
+    resume_run(trainer, cfg, resume, allow_change)
     trainer.train()
     return trainer
 
@@ -103,6 +135,8 @@ def finetune_label_fraction_pair(bank: Bank, out_dir: str | Path, encoder: Trans
     scratch = TransactionEncoder(TxnEncoderConfig(**encoder.config.encoder_dict()))
     out = {}
     for name, enc in (("pretrained", encoder), ("scratch", scratch)):
+        if list_checkpoints(Path(out_dir, name, "checkpoints")):  # this report folder's earlier pair: replaced
+            shutil.rmtree(Path(out_dir, name))
         trainer = finetune(bank, Path(out_dir, name), enc, overrides=overrides, keep_negative=keep_negative,
                            seed=seed, files=files, label_fraction=label_fraction)
         out[f"lf_{name}"] = trainer.model

@@ -151,8 +151,15 @@ class SchemaConfig:
                 order = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))  # ties broken by value
                 fitted[f.name] = {"values": [k for k, _ in order[: int(f.encoding["top_k"])]]}
         ts = pd.to_datetime(df_train["timestamp"], utc=True)
-        info = {"rows": len(df_train), "from": str(ts.min()) if len(ts) else None, "to": str(ts.max()) if len(ts) else None}
+        info = {"rows": len(df_train), "from": str(ts.min()) if len(ts) else None, "to": str(ts.max()) if len(ts) else None,
+                "columns": [c for c in self.source_columns if c in df_train and df_train[c].notna().any()],
+                "table_columns": sorted(map(str, df_train.columns))}
         return FittedSchema(self, fitted, info)
+
+    @property
+    def source_columns(self) -> tuple[str, ...]:
+        """The transaction columns the features are read from, in feature order."""
+        return tuple(dict.fromkeys(c for f in self.features for c in f.source))
 
 
 # -- loading and validation ------------------------------------------------------------------------
@@ -436,6 +443,36 @@ class FittedSchema:
         if f.transform == "abs_log1p":
             lo, hi = (np.expm1(lo) if np.isfinite(lo) else 0.0), np.expm1(hi) if np.isfinite(hi) else np.inf
         return f"{f.name} {_num(lo)}–{_num(hi)}"
+
+    # -- schema drift ---------------------------------------------------------------------------
+    def trained_columns(self) -> list[str]:
+        """The source columns that held values in the training rows (recorded at fit; for a schema fitted
+        before that was recorded, the columns a fitted vocabulary or quantile edge shows were present)."""
+        if "columns" in self.info:
+            return list(self.info["columns"])
+        seen = [c for f in self.schema.features if (self.fitted.get(f.name) or {}).get("values")
+                or (self.fitted.get(f.name) or {}).get("edges") for c in f.source]
+        return list(dict.fromkeys([*REQUIRED_COLUMNS, *seen]))
+
+    def check_drift(self, df: pd.DataFrame) -> list[str]:
+        """Compare the columns of ``df`` (transactions to tokenise) with the training rows'.
+
+        Raises:
+            ValueError: a column the model was trained with is missing from every row (each such
+                feature would be tokenised as missing: scores with no warning otherwise).
+        Returns:
+            warnings: one line per column of ``df`` unknown to the fitted schema (ignored by the model).
+        """
+        missing = [c for c in self.trained_columns() if c not in df.columns or not df[c].notna().any()]
+        if missing:
+            raise ValueError(f"column(s) {missing} the model was trained with are missing from every row of the data;"
+                             " map them with the schema's column_map (or add them), or use a model trained without"
+                             " them")
+        known = {*self.schema.source_columns, *REQUIRED_COLUMNS, *self.info.get("table_columns", ())}
+        if "table_columns" not in self.info:
+            return []
+        return [f"column {c!r} is unknown to the fitted schema (the model never saw it); it is ignored"
+                for c in map(str, df.columns) if c not in known]
 
     # -- persistence ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
