@@ -162,6 +162,11 @@ def check_saved_model_type(folder: str | Path) -> Family:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid JSON ({err}); the folder is damaged: save the model again") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
+    if isinstance(model_type, str) and model_type.startswith("slmlab_txn"):
+        what = ("a pretrained encoder from `slmlab transactions pretrain`" if model_type == "slmlab_txn_encoder"
+                else "a fine-tuned model from `slmlab transactions finetune`")
+        raise ValueError(f"{path}: this is a transactions checkpoint ({what}); use `slmlab transactions ...`:"
+                         " score, evaluate and demo take a fine-tuned run, finetune --encoder a pretraining run")
     try:
         return get_family(str(model_type))
     except ValueError:
