@@ -67,12 +67,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(checkpoint: Path, *args: str, startup_s: float = 180.0):
-    """``slmlab serve checkpoint *args`` on a free localhost port; yields ``(base_url, process)``."""
+def running_server(checkpoint: Path, *args: str, startup_s: float = 180.0, preload: str | None = None):
+    """``slmlab serve checkpoint *args`` on a free localhost port; yields ``(base_url, process)``.
+
+    ``preload``: Python code the server process runs before ``slmlab.cli.main`` (to inject a fault)."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     log = open(checkpoint.parent / f"serve-{port}.log", "w+")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "slmlab.cli", "serve", str(checkpoint), "--port", str(port),
+    start = ["-m", "slmlab.cli"] if preload is None else [
+        "-c", f"{preload}\nimport sys\nfrom slmlab.cli import main\nsys.exit(main(sys.argv[1:]))"]
+    proc = subprocess.Popen([sys.executable, *start, "serve", str(checkpoint), "--port", str(port),
                              "--threads", "1", *args], stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:

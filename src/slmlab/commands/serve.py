@@ -28,7 +28,12 @@ def serve_command(argv: list[str]) -> int:
     p.add_argument("--max-batch", type=int, default=8, help="rows decoded together (1 = one request at a time)")
     p.add_argument("--max-queue", type=int, default=64, help="requests that may wait for a row; more get 503")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 routes (an empty"
+                   " key is refused)")
+    p.add_argument("--max-request-bytes", type=int, default=4 * 1024 * 1024,
+                   help="largest request body; larger ones get 413 (default 4 MiB)")
+    p.add_argument("--shutdown-grace", type=float, default=5.0,
+                   help="seconds open connections get to close after SIGINT/SIGTERM (default 5)")
     p.add_argument("--model-name", default=None, help="the model id clients send (default: the run folder's name)")
     p.add_argument("--device", default="auto")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
@@ -40,26 +45,50 @@ def serve_command(argv: list[str]) -> int:
         raise ValueError(f"--threads must be >= 0, got {args.threads}; pass 0 for torch's default")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
-    check_address(args.host, args.port)
+    if args.max_request_bytes < 1:
+        raise ValueError(f"--max-request-bytes must be >= 1, got {args.max_request_bytes}")
+    if not args.shutdown_grace >= 0:
+        raise ValueError(f"--shutdown-grace must be >= 0 seconds, got {args.shutdown_grace}")
     try:
         import fastapi  # noqa: F401
         import uvicorn
     except ImportError:
         raise ValueError("slmlab serve needs FastAPI and uvicorn; install the extra: pip install 'slmlab[serve]'") from None
+    from slmlab.serve.app import check_api_key
+
+    check_api_key(args.api_key)  # before the model is loaded: `--api-key "$UNSET"` must not serve openly
+    check_address(args.host, args.port)
     import torch
 
     from slmlab.serve.server import build_server
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    server = build_server(args.run, args.max_batch, args.max_queue, args.api_key, args.model_name, args.device)
+    server = build_server(args.run, args.max_batch, args.max_queue, args.api_key, args.model_name, args.device,
+                          args.max_request_bytes)
     head, mode = server.describe()
     print(f"slmlab serve: {head}; {torch.get_num_threads()} threads", file=sys.stderr)
     print(f"slmlab serve: {mode}", file=sys.stderr)
     print(f"slmlab serve: listening on http://{args.host}:{args.port}/v1{' (API key required)' if args.api_key else ''}",
           file=sys.stderr, flush=True)
-    uvicorn.run(server.app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    config = uvicorn.Config(server.app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                            timeout_graceful_shutdown=args.shutdown_grace)
+    run_uvicorn(config, server.worker)
     return 0
+
+
+def run_uvicorn(config, worker) -> None:
+    """Serve until SIGINT/SIGTERM. The signal also stops the model worker, which answers every request
+    it holds or that waits with 503 at once, so no open connection keeps the shutdown waiting (any
+    still open after ``--shutdown-grace`` seconds is cancelled by uvicorn)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            worker.shutdown()
+            super().handle_exit(sig, frame)
+
+    Server(config).run()
 
 
 def check_address(host: str, port: int) -> None:

@@ -131,7 +131,7 @@ class DecodeBatch:
         """Append prefilled rows (and the ``[k]`` tokens they feed next) after the current ones.
 
         Raises:
-            CannotBatch: the caches cannot be joined; the batch is unchanged.
+            CannotBatch: the caches cannot be joined; the batch is unchanged (as after any other error).
         """
         cache, seen = rows.cache, rows.cache.seen_tokens
         if self.cache is None:
@@ -146,7 +146,7 @@ class DecodeBatch:
         try:
             for a, b in zip(ours, theirs):
                 _join_state(a, b, pad_a, pad_b, self.cache.seen_tokens, seen)
-        except CannotBatch:
+        except Exception:  # CannotBatch, or a failing concatenation (out of memory): the batch stays as it was
             for state, saved in zip(ours, backup):
                 vars(state).update(saved)
             raise

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .app import ServedModel, build_app
+from .app import DEFAULT_MAX_REQUEST_BYTES, ServedModel, build_app, check_api_key
 from .batch import batching_refusal
 from .worker import Worker
 
@@ -42,25 +42,36 @@ class Server:
 
 
 def build_server(run: str | Path, max_batch: int = 8, max_queue: int = 64, api_key: str | None = None,
-                 model_name: str | None = None, device: str = "auto") -> Server:
+                 model_name: str | None = None, device: str = "auto",
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Server:
     """Load ``run`` (a run folder, checkpoint or saved model with its tokenizer) and build the server.
 
     Raises:
-        ValueError: no tokenizer saved with the model, or bad limits.
+        ValueError: no tokenizer saved with the model, bad limits, an empty API key or a model name
+            that is not valid UTF-8.
     """
     from ..train.saved import load_for_inference
 
     if max_batch < 1 or max_queue < 1:
         raise ValueError(f"max_batch and max_queue must be >= 1, got {max_batch} and {max_queue}")
+    if max_request_bytes < 1:
+        raise ValueError(f"--max-request-bytes must be >= 1, got {max_request_bytes}")
+    check_api_key(api_key)
     loaded = load_for_inference(run, device)
     ckpt, model, tokenizer = loaded.checkpoint, loaded.model, loaded.tokenizer
     if tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; serve a run or checkpoint saved with its tokenizer")
     stop_ids = end_of_text_ids(model.config, tokenizer)
     refusal = "--max-batch 1" if max_batch == 1 else batching_refusal(model)
-    served = ServedModel(model_name or run_name(run, ckpt), model, tokenizer, stop_ids, model.max_positions())
+    name = model_name or run_name(run, ckpt)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a path of undecodable bytes: no response could carry it
+        raise ValueError(f"the model name {name!r} is not valid UTF-8; pass --model-name") from None
+    served = ServedModel(name, model, tokenizer, stop_ids, model.max_positions())
     worker = Worker(model, stop_ids, max_batch, max_queue, batched=refusal is None)
-    return Server(build_app(served, worker, api_key), worker, served, ckpt, refusal, loaded.trained_context)
+    return Server(build_app(served, worker, api_key, max_request_bytes), worker, served, ckpt, refusal,
+                  loaded.trained_context)
 
 
 def end_of_text_ids(config, tokenizer) -> list[int]:

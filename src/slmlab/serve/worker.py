@@ -14,6 +14,13 @@ it is full). The worker thread then either
 Either way a request's events (text deltas, the end with its finish reason and token counts, or an
 error) go back to the event loop in one hand-over per decoding step (one wake-up of the loop, not
 one per row); the worker never blocks on a client.
+
+Every request the worker takes from the queue gets an answer: what fails while one request is
+prepared, sampled or detokenized fails that request alone; what fails in a prefill fails the
+requests prefilled together; what fails in a decoding step fails the rows of that step; and if
+the worker itself breaks, every request it holds or that waits gets a 500 and later ones a 503.
+:meth:`Worker.shutdown` (the server's SIGINT/SIGTERM) answers everything held or waiting with a
+503 and ends the thread at its next step.
 """
 
 from __future__ import annotations
@@ -118,22 +125,37 @@ class Worker:
         self.running = 0
         self.counts = collections.Counter()
         self._stopping = False
+        self.broken: str | None = None  # why the worker thread stopped, when it broke
         self._outbox: list[tuple[Job, Event]] = []
+        self._held: dict[int, Job] = {}  # what the worker thread took from the queue and has not finished
         self._thread = threading.Thread(target=self._run, name="slmlab-serve-worker", daemon=True)
 
     # -- the event-loop side ---------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def shutdown(self) -> None:
+        """Stop taking requests; the thread answers every held or waiting one with 503 and ends at its
+        next step. Returns at once (safe in a signal handler: it only sets a flag and notifies)."""
+        self._stopping = True
         with self.cond:
-            self._stopping = True
             self.cond.notify_all()
-        self._thread.join(timeout=10)
+
+    def stop(self) -> None:
+        """:meth:`shutdown` and wait (a while) for the thread."""
+        self.shutdown()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; 503 with ``Retry-After`` when ``max_queue`` requests already wait."""
+        """Queue ``job``; 503 with ``Retry-After`` when ``max_queue`` requests already wait, or when the
+        server is shutting down or its worker broke."""
         with self.cond:
+            if self._stopping:
+                raise _shutting_down()
+            if self.broken is not None:
+                raise APIError(503, "the model worker stopped after an internal error; see the server log and"
+                               " restart the server", code="worker_stopped")
             if len(self.waiting) >= self.max_queue:
                 self.counts["rejected"] += 1
                 raise APIError(503, f"the server is busy: {len(self.waiting)} requests are waiting (--max-queue"
@@ -152,12 +174,16 @@ class Worker:
         """The next waiting request that is still wanted (None: nothing waits, or stopping)."""
         with self.cond:
             while True:
+                if self._stopping:
+                    return None
                 while self.waiting:
                     job = self.waiting.popleft()
                     if not job.cancelled:
+                        self._held[id(job)] = job
                         return job
+                    job.finished = True
                     self.counts["cancelled"] += 1
-                if not block or self._stopping:
+                if not block:
                     return None
                 self.cond.wait()
 
@@ -166,14 +192,28 @@ class Worker:
         try:
             with frozen_weights():  # served weights never change: fused projections are concatenated once
                 (self._run_batched if self.batched else self._run_sequential)()
-        except Exception:  # a bug in the worker itself: log it, fail what waits, keep the process answering 503s
+        except BaseException as err:  # a bug in the worker itself: log it, fail what it holds and what waits
             logger.exception("the model worker stopped")
             with self.cond:
-                jobs, self.waiting = list(self.waiting), collections.deque()
-                self.max_queue = 0
-            for job in jobs:
-                self._emit(job, Event("error", error=APIError(500, "the model worker stopped; see the server log")))
-            self._flush()
+                self.broken = f"{type(err).__name__}: {err}"
+            self._answer_all(APIError(500, "the model worker stopped after an internal error; see the server log"))
+        else:  # shutdown
+            self._answer_all(_shutting_down())
+
+    def _answer_all(self, error: APIError) -> None:
+        """Fail every request the thread holds or that waits (the thread is about to end)."""
+        with self.cond:
+            jobs, self.waiting = list(self._held.values()) + list(self.waiting), collections.deque()
+            self._held = {}
+            self.running = 0
+        seen = set()
+        for job in jobs:
+            if id(job) in seen or job.finished:
+                continue
+            seen.add(id(job))
+            job.finished = True
+            self._emit(job, Event("error", error=error))
+        self._flush()
 
     def _emit(self, job: Job, event: Event) -> None:
         self._outbox.append((job, event))
@@ -192,6 +232,24 @@ class Worker:
 
     def _prepare(self, job: Job) -> None:
         job.generator = torch.Generator(device=self.device).manual_seed(job.seed)
+
+    def _prepared(self, job: Job) -> bool:
+        """Prepare ``job``; on failure fail it alone (False)."""
+        try:
+            self._prepare(job)
+            return True
+        except Exception as err:
+            self._fail(job, err)
+            return False
+
+    def _push(self, job: Job, token: int) -> None:
+        """:meth:`_token`, failing ``job`` alone when its text cannot be produced."""
+        if job.finished:
+            return
+        try:
+            self._token(job, token)
+        except Exception as err:
+            self._fail(job, err)
 
     def _token(self, job: Job, token: int) -> bool:
         """Record one generated token of ``job``; True when the job has finished."""
@@ -212,6 +270,7 @@ class Worker:
 
     def _finish(self, job: Job, reason: str) -> None:
         job.finished = True
+        self._held.pop(id(job), None)
         rest = job.text.flush()
         if rest:
             self._emit(job, Event("delta", text=rest))
@@ -220,14 +279,18 @@ class Worker:
             self.counts["completed"] += 1
 
     def _fail(self, job: Job, err: Exception) -> None:
+        if job.finished:
+            return
         job.finished = True
-        logger.exception("request failed", exc_info=err)
+        self._held.pop(id(job), None)
+        logger.error("request failed", exc_info=err)
         self._emit(job, Event("error", error=APIError(500, f"generation failed: {type(err).__name__}: {err}")))
         with self.cond:
             self.counts["failed"] += 1
 
     def _drop_cancelled(self, job: Job) -> None:
         job.finished = True
+        self._held.pop(id(job), None)
         with self.cond:
             self.counts["cancelled"] += 1
 
@@ -238,18 +301,18 @@ class Worker:
                 return
             with self.cond:
                 self.running = self.counts["peak_running"] = 1
-            self._prepare(job)
 
             def on_token(tokens: torch.Tensor, job=job) -> None:
-                if job.cancelled:
+                if job.cancelled or self._stopping:
                     raise _Stop
                 finished = self._token(job, int(tokens[0]))
                 self._flush()
                 if finished:
                     raise _Stop
 
-            ids = torch.tensor([job.prompt_ids], device=self.device)
-            try:
+            try:  # everything about this request, its preparation included, fails this request alone
+                self._prepare(job)
+                ids = torch.tensor([job.prompt_ids], device=self.device)
                 generate(self.model, ids, job.max_tokens, job.sampling, stop_tokens=self.stop_ids, callback=on_token,
                          generator=job.generator)
             except _Stop:
@@ -258,16 +321,22 @@ class Worker:
                 self._fail(job, err)
             if job.cancelled and not job.finished:
                 self._drop_cancelled(job)
+            elif not job.finished and not self._stopping:  # generate ended without a reason we know of
+                self._finish(job, "length")
             self._flush()
             with self.cond:
                 self.running = 0
 
     def _sample(self, logits: torch.Tensor, jobs: list[Job]) -> list[int]:
-        """One token per row, each with its own sampling settings and generator."""
+        """One token per row, each with its own sampling settings and generator; a row whose sampling
+        fails is failed alone (its token is then the greedy one, and the row leaves at the next step)."""
         greedy = logits.argmax(-1).tolist()
         for i, job in enumerate(jobs):
-            if job.sampling.temperature > 0:
-                greedy[i] = int(sample_next(logits[i : i + 1], job.sampling, job.generator)[0])
+            if job.sampling.temperature > 0 and not job.finished:
+                try:
+                    greedy[i] = int(sample_next(logits[i : i + 1], job.sampling, job.generator)[0])
+                except Exception as err:
+                    self._fail(job, err)
         return greedy
 
     def _admit(self, free: int, block: bool) -> list[Job]:
@@ -308,11 +377,10 @@ class Worker:
         while not self._stopping:
             try:
                 self._batched_iteration(rows)
-            except Exception as err:  # a bug, not a bad request: fail the rows it hit, keep serving
+            except Exception as err:  # a bug, not a bad request: fail what the worker holds, keep serving
                 logger.exception("a decoding step failed")
-                for job in rows.jobs + (rows.held[0] if rows.held else []):
-                    if not job.finished:
-                        self._fail(job, err)
+                for job in list(self._held.values()):
+                    self._fail(job, err)
                 self._flush()
                 rows = _Rows(DecodeBatch(self.model))
 
@@ -327,28 +395,11 @@ class Worker:
         for group in self._prefill_groups(admitted):
             if rows.held is not None:  # an earlier group could not join: the rest waits for the drain too
                 with self.cond:
+                    for job in group:
+                        self._held.pop(id(job), None)
                     self.waiting.extendleft(reversed(group))
                 continue
-            for job in group:
-                self._prepare(job)
-            try:
-                prefilled: Prefilled = rows.batch.prefill([job.prompt_ids for job in group])
-                first = self._sample(prefilled.logits, group)
-            except Exception as err:
-                for job in group:
-                    self._fail(job, err)
-                self._flush()
-                continue
-            for job, token in zip(group, first):
-                self._token(job, token)
-            self._flush()  # first tokens out before anything else runs
-            tokens = torch.tensor(first, device=self.device)
-            try:
-                rows.batch.join(prefilled, tokens)
-                rows.jobs.extend(group)
-            except CannotBatch as err:
-                logger.info("%d requests wait for the running batch to finish: %s", len(group), err)
-                rows.held = (group, prefilled, tokens)
+            self._admit_group(rows, group)
         keep = []
         for i, job in enumerate(rows.jobs):
             if job.cancelled and not job.finished:
@@ -366,18 +417,56 @@ class Worker:
         try:
             logits = rows.batch.step()
             tokens = self._sample(logits, rows.jobs)
+            rows.batch.last = torch.tensor(tokens, device=self.device)
         except Exception as err:
             for job in rows.jobs:
                 self._fail(job, err)
             self._flush()
             rows.batch, rows.jobs = DecodeBatch(self.model), []
             return
-        rows.batch.last = torch.tensor(tokens, device=self.device)
         for job, token in zip(rows.jobs, tokens):
-            self._token(job, token)
+            self._push(job, token)
         self._flush()
+
+    def _admit_group(self, rows: _Rows, group: list[Job]) -> None:
+        """Prepare, prefill and join one group of admitted requests. A request that cannot be prepared
+        fails alone; a failing prefill or join fails this group only; the running rows go on."""
+        group = [job for job in group if self._prepared(job)]
+        if not group:
+            self._flush()
+            return
+        try:
+            prefilled: Prefilled = rows.batch.prefill([job.prompt_ids for job in group])
+            first = self._sample(prefilled.logits, group)
+            tokens = torch.tensor(first, device=self.device)
+        except Exception as err:
+            for job in group:
+                self._fail(job, err)
+            self._flush()
+            return
+        for job, token in zip(group, first):
+            self._push(job, token)
+        self._flush()  # first tokens out before anything else runs
+        try:
+            rows.batch.join(prefilled, tokens)
+            rows.jobs.extend(group)
+        except CannotBatch as err:
+            logger.info("%d requests wait for the running batch to finish: %s", len(group), err)
+            rows.held = (group, prefilled, tokens)
+        except Exception as err:  # the running batch is unchanged (join restores it)
+            for job in group:
+                self._fail(job, err)
+            self._flush()
+
+
+def _shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down; retry against a running server", code="server_shutting_down",
+                    headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 def _deliver(items: list[tuple[Job, Event]]) -> None:
     for job, event in items:
-        job.deliver(event)
+        try:
+            job.deliver(event)
+        except Exception:  # one request's queue must not keep the others' events from them
+            logger.exception("could not deliver an event")
