@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from .corpora import ERRORS, Corpus, load_corpus
+from .corpora import BUILTIN_CORPORA, ERRORS, Corpus, load_corpus
 from .packing import TokenStream, gather_blocks, token_cache
 from .sampler import EpochSampler, check_shard
 from .tasks import IGNORE_INDEX, SPLIT_IDS, Task, parse_task_spec, to_hf_labels
@@ -285,6 +285,7 @@ def get_source(
     errors: str = "strict",
     seed: int = 0,
     train_on: str = "scored",
+    corpus: Corpus | None = None,
 ) -> DataSource:
     """Build a data source.
 
@@ -300,6 +301,8 @@ def get_source(
         errors: ``"strict"`` (non-UTF-8 input is an error) or ``"replace"`` (U+FFFD).
         seed: generation seed of synthetic tasks (text corpora are fixed).
         train_on: synthetic tasks: ``scored`` or ``all`` (full next-token labels on training rows).
+        corpus: the text corpus ``spec`` names, already loaded (e.g. for :func:`data_identity`), so it
+            is not read again; None = load it here.
     """
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"data spec must be a non-empty string, got {spec!r}")
@@ -312,4 +315,38 @@ def get_source(
         return TaskSource(spec, task, seed, train_on=train_on)
     if block_size is None:
         raise ValueError(f"{spec}: text corpora need a block_size")
-    return TextSource(load_corpus(spec, cache_dir=cache_dir, errors=errors), tokenizer, block_size, cache_dir)
+    if corpus is None:
+        corpus = load_corpus(spec, cache_dir=cache_dir, errors=errors)
+    return TextSource(corpus, tokenizer, block_size, cache_dir)
+
+
+def spec_kind(spec: str) -> str:
+    """What a data spec names: ``"task"`` (a synthetic task), ``"corpus"`` (built-in: shakespeare,
+    pystdlib), ``"hf"`` (``hf:<dataset>``) or ``"local"`` (a file or folder)."""
+    if parse_task_spec(spec) is not None:
+        return "task"
+    if spec in BUILTIN_CORPORA:
+        return "corpus"
+    return "hf" if spec.startswith("hf:") else "local"
+
+
+def data_identity(spec: str, corpus: Corpus | None = None, *, errors: str = "strict") -> dict:
+    """What ``spec`` trains on, independent of how it is spelt (recorded in each checkpoint so that
+    ``--resume`` compares the data, not the text of ``--data``).
+
+    A local file or folder is its resolved absolute ``path`` plus the ``fingerprint`` of its content,
+    the same :meth:`Corpus.fingerprint` that keys the token cache (a hash of every document's name
+    and text, so a spelling of the same folder matches, while an edited, added or removed file, or
+    another folder, does not); a named corpus or task is its ``spec``.
+
+    Args:
+        spec: a :func:`get_source` spec.
+        corpus: the loaded corpus of a local ``spec`` (None = read it here).
+        errors: decoding of local files when ``corpus`` is None (``strict`` or ``replace``).
+    """
+    kind = spec_kind(spec)
+    if kind != "local":
+        return {"kind": kind, "spec": spec}
+    if corpus is None:
+        corpus = load_corpus(spec, errors=errors)
+    return {"kind": "local", "path": str(Path(spec).expanduser().resolve()), "fingerprint": corpus.fingerprint()}

@@ -26,17 +26,46 @@ def _cache_dir(cfg: RunConfig) -> Path | None:
 
 
 def open_data(spec: str, tokenizer, block_size: int, cache_dir: Path | None = None, errors: str = "strict", seed: int = 0,
-              train_on: str = "scored"):
+              train_on: str = "scored", corpus=None):
     """``slmlab.data.get_source``; synthetic tasks fix their own sequence length (block_size unused)."""
     from ..data import get_source, parse_task_spec
 
     block = None if parse_task_spec(spec) is not None else block_size
-    return get_source(spec, tokenizer, block, cache_dir=cache_dir, errors=errors, seed=seed, train_on=train_on)
+    return get_source(spec, tokenizer, block, cache_dir=cache_dir, errors=errors, seed=seed, train_on=train_on,
+                      corpus=corpus)
 
 
-def open_source(cfg: RunConfig, tokenizer):
-    """The run's data source."""
-    return open_data(cfg.data, tokenizer, cfg.block_size, _cache_dir(cfg), cfg.data_errors, cfg.seed, cfg.train_on)
+def open_source(cfg: RunConfig, tokenizer, corpus=None):
+    """The run's data source (``corpus``: its text corpus, when already loaded)."""
+    return open_data(cfg.data, tokenizer, cfg.block_size, _cache_dir(cfg), cfg.data_errors, cfg.seed, cfg.train_on,
+                     corpus)
+
+
+def requested_data(cfg: RunConfig) -> tuple[dict, object | None]:
+    """``(identity, corpus)`` of the run's data (:func:`slmlab.data.sources.data_identity`); ``corpus``
+    is the loaded local corpus (None for named corpora and tasks), to be opened without reading it again."""
+    from ..data.corpora import load_corpus
+    from ..data.sources import data_identity, spec_kind
+
+    corpus = None
+    if spec_kind(cfg.data) == "local":
+        corpus = load_corpus(cfg.data, cache_dir=_cache_dir(cfg), errors=cfg.data_errors)
+    return data_identity(cfg.data, corpus), corpus
+
+
+class RecordingTrainer(Trainer):
+    """A :class:`Trainer` whose every checkpoint also records the identity of its data
+    (``data_identity.json``, compared by the next ``--resume``: :mod:`slmlab.train.resume_check`)."""
+
+    data_identity: dict | None = None
+
+    def save(self) -> Path | None:
+        from .resume_check import write_data_identity
+
+        path = super().save()
+        if path is not None and self.data_identity is not None:
+            write_data_identity(path, self.data_identity)
+        return path
 
 
 def fresh_tokenizer(cfg: RunConfig):
@@ -179,9 +208,10 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
             ``run.yaml`` (:mod:`slmlab.train.resume_check`).
         given: the config keys the user set explicitly (a fine-tune refuses a conflicting tokenizer).
     """
+    from ..data.sources import data_identity
     from .checkpoint import check_checkpoint, remove_stale_temporaries
     from .metrics import trim_metrics
-    from .resume_check import compare_for_resume
+    from .resume_check import compare_for_resume, read_data_identity
 
     device = resolve_device(cfg.device)
     dist_info = init_distributed(device)
@@ -204,21 +234,29 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
         )
     changes: list[str] = []
     origin = ckpt
+    identity, corpus = None, None
     if ckpt is not None:
         check_checkpoint(ckpt)
-        changes = compare_for_resume(saved_run_config(ckpt), cfg.to_dict(), tuple(allow_change))
+        saved_identity = read_data_identity(ckpt)  # None: an older checkpoint, compared by the data text
+        if saved_identity is not None:
+            identity, corpus = requested_data(cfg)
+        changes = compare_for_resume(saved_run_config(ckpt), cfg.to_dict(), tuple(allow_change), saved_identity,
+                                     identity)
     elif Path(cfg.model).is_dir():  # fine-tuning a saved model: its tokenizer comes with it
         origin = resolve_checkpoint(cfg.model)
         check_tokenizer_request(cfg, origin, given)
     tokenizer = build_tokenizer(cfg, dist_info, origin)
-    source = open_source(cfg, tokenizer)
+    source = open_source(cfg, tokenizer, corpus)
+    if identity is None:
+        identity = data_identity(cfg.data, getattr(source, "corpus", None), errors=cfg.data_errors)
     first = next(iter(source.eval_batches("validation", 1, 1)))
     seq_len = first["input_ids"].shape[1]
     model = build_model(cfg, needed_vocab(source, tokenizer), seq_len)
     attach_tokenizer(model, tokenizer)
     record_tokenizer(model, tokenizer, seq_len, source.is_synthetic)
     prepare_for_training(model, seq_len)
-    trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
+    trainer = RecordingTrainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
+    trainer.data_identity = identity
     if ckpt is not None:
         trainer.resume(ckpt)
     if dist_info.is_main:
