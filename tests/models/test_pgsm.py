@@ -57,8 +57,7 @@ class TestPGSMFamily(FamilyTester):
         ]
     ]
 
-    def num_hidden_states(self, model):
-        return model.config.layers + 2  # embeddings, each block, then retriever + post-retrieval block
+    # num_hidden_states: the suite's layers + 1 (the retrieval stage is part of the last layer's entry)
 
     draft_overrides = dict(layers=1)
 
@@ -440,3 +439,24 @@ def test_conv_init_follows_the_seed_and_survives_save_load(tmp_path):
     again = PGSMForCausalLM.from_pretrained(tmp_path)
     assert torch.equal(again.model.blocks[0].local_state.conv.weight, conv.weight)
     assert again.lm_head.weight is again.model.token_emb.weight
+
+
+# -- output_hidden_states ------------------------------------------------------------------------
+@pytest.mark.parametrize("retrieval", ["none", "explicit", "last_token", "off"])
+def test_hidden_states_are_one_per_layer_plus_the_embeddings(retrieval):
+    """``len(hidden_states) == layers + 1`` whether or not a token retrieves: the embeddings, then one
+    entry per backbone block, where the last block's entry includes the retrieval stage (retriever +
+    post-retrieval block) and is the returned, normalised state; also per decoding step."""
+    overrides = {"last_token": dict(retrieve_at_last_token_if_unspecified=True), "off": dict(use_sparse_retrieval=False)}
+    model = make(layers=3, **overrides.get(retrieval, {}))
+    ids = torch.randint(0, 61, (2, 10), generator=torch.Generator().manual_seed(0))
+    kw = {"retrieval_positions": two_positions(ids)} if retrieval == "explicit" else {}
+    out = model(input_ids=ids, output_hidden_states=True, use_cache=True, **kw)
+    assert len(out.hidden_states) == model.config.num_hidden_layers + 1 == 4
+    plain = model(input_ids=ids, output_hidden_states=True, retrieval_positions=None, use_cache=False)
+    torch.testing.assert_close(out.hidden_states[0], plain.hidden_states[0], atol=ATOL, rtol=0)
+    torch.testing.assert_close(out.hidden_states[1], plain.hidden_states[1], atol=ATOL, rtol=0)  # block 0
+    final = model.model(input_ids=ids, use_cache=False, **kw).last_hidden_state  # retrieval included
+    torch.testing.assert_close(out.hidden_states[-1], final, atol=ATOL, rtol=0)
+    step = model(input_ids=ids[:, -1:], cache=out.cache, use_cache=True, output_hidden_states=True)
+    assert len(step.hidden_states) == model.config.num_hidden_layers + 1

@@ -40,6 +40,10 @@ SEED_DEFAULTS = dict(
 DERIVED = dict(repo_start_layer=12 // 3, repo_d_p=512 // 8, mea_component_key_value_heads=4)
 
 
+# the default `rope_parameters` (and its alias `rope_scaling`): plain RoPE from the fields
+DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
+
+
 def test_signature_matches_the_seed():
     params = inspect.signature(NeoLLMConfig.__init__).parameters
     ours = {k: p.default for k, p in params.items() if k not in ("self", "kwargs", "use_cache")}
@@ -50,7 +54,9 @@ def test_signature_matches_the_seed():
 def test_every_default_is_the_seeds():
     cfg = NeoLLMConfig()
     for name, default in SEED_DEFAULTS.items():
-        assert getattr(cfg, name) == DERIVED.get(name, default), name
+        # `rope_scaling` is transformers' alias of `rope_parameters`: plain RoPE's dict by default
+        want = DEFAULT_ROPE if name == "rope_scaling" else DERIVED.get(name, default)
+        assert getattr(cfg, name) == want, name
     assert cfg.use_cache is True
 
 
@@ -148,7 +154,7 @@ def test_json_round_trip(tmp_path):
     back = NeoLLMConfig.from_pretrained(tmp_path)
     assert back.to_dict() == cfg.to_dict()
     assert back.rope_scaling["rope_type"] == "linear" and back.rope_scaling["factor"] == 2.0
-    assert NeoLLMConfig.from_dict(NeoLLMConfig().to_dict()).rope_scaling is None
+    assert NeoLLMConfig.from_dict(NeoLLMConfig().to_dict()).rope_scaling == DEFAULT_ROPE
 
 
 def test_config_json_written_by_the_seed_class_loads(tmp_path):
@@ -169,10 +175,11 @@ def test_config_json_written_by_the_seed_class_loads(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(payload))
     cfg = NeoLLMConfig.from_pretrained(tmp_path)
     assert type(AutoConfig.from_pretrained(tmp_path)) is NeoLLMConfig  # registered by `import slmlab`
-    assert cfg.num_key_value_heads == 2 and cfg.use_repo_goat_prior and cfg.rope_scaling is None
+    assert cfg.num_key_value_heads == 2 and cfg.use_repo_goat_prior and cfg.rope_scaling == DEFAULT_ROPE
     assert cfg.mea_component_key_value_heads == 4  # the seed stored the resolved value
     for name in SEED_DEFAULTS:
-        assert getattr(cfg, name) == payload[name], name
+        if name != "rope_scaling":  # checked above: the alias of the default `rope_parameters`
+            assert getattr(cfg, name) == payload[name], name
 
 
 # -- residual-side options (docs/neollm-residual.md) ----------------------------------------------

@@ -53,9 +53,12 @@ UNRESOLVED = dict(mea_component_key_value_heads=None, repo_start_layer=None, rep
 
 def expected_json(**changes) -> dict:
     """The config.json the seed-signature class wrote: every field, the token ids, `rope_parameters`."""
-    out = {**FIELDS, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "rope_parameters": None}
+    out = {**FIELDS, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
     out.update(model_type="neollm", transformers_version=transformers.__version__)
     out.update(changes)
+    # without a scaling: plain RoPE from the fields (transformers 5's default `rope_parameters`)
+    out.setdefault("rope_parameters", {"rope_type": "default", "rope_theta": out["rope_theta"],
+                                       "partial_rotary_factor": out["partial_rotary_factor"]})
     return out
 
 
@@ -162,3 +165,26 @@ def test_keyword_only_and_compared_by_fields():
         NeoLLMConfig(64402)
     assert NeoLLMConfig() == NeoLLMConfig()
     assert NeoLLMConfig() != NeoLLMConfig(hidden_size=256)
+
+
+DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
+
+
+def test_the_default_config_carries_transformers_rope_parameters(tmp_path):
+    """transformers 5 configs carry a ``rope_parameters`` dict; the default is plain RoPE with the
+    config's ``rope_theta`` / ``partial_rotary_factor`` (both fields kept), and the default config's
+    config.json differs from the old one (``"rope_parameters": null``) by that key only."""
+    cfg = NeoLLMConfig()
+    assert cfg.rope_parameters == DEFAULT_ROPE and (cfg.rope_theta, cfg.partial_rotary_factor) == (10000.0, 0.25)
+    cfg.validate_rope()
+    old = {**FIELDS, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "rope_parameters": None,
+           "model_type": "neollm", "transformers_version": transformers.__version__}
+    assert saved(cfg, tmp_path / "new") == {**old, "rope_parameters": DEFAULT_ROPE}
+    assert NeoLLMConfig.from_pretrained(tmp_path / "new").to_dict() == cfg.to_dict()
+    (tmp_path / "old").mkdir()  # a config.json with `"rope_parameters": null` loads to the same config
+    (tmp_path / "old" / "config.json").write_text(json.dumps(old))
+    assert NeoLLMConfig.from_pretrained(tmp_path / "old").rope_parameters == DEFAULT_ROPE
+    moved = NeoLLMConfig(rope_theta=500000.0, partial_rotary_factor=0.5)
+    assert moved.rope_parameters == {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5}
+    given = NeoLLMConfig(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    assert given.rope_theta == 500000.0 and given.rope_parameters == {**DEFAULT_ROPE, "rope_theta": 500000.0}

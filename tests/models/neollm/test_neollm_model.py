@@ -331,3 +331,45 @@ def test_optional_parameter_counts_match_the_spec():
     poly = rows(polynorm_exclusive=True)
     assert poly["mlp: PolyNorm"] == 12 * 4 and poly["Total"] == 113_131_288 - 24 + 48
     assert rows(use_embedding_multipliers=True)["embedding multipliers (rho, kappa)"] == 64402 + 512
+
+
+@pytest.mark.parametrize("extra", [{}, {"use_affine_scaled_attention": True}])
+def test_meta_built_model_init_weights_restores_every_buffer(extra):
+    """A model built on the meta device, materialised (``to_empty``) and initialised with
+    ``init_weights()`` has the buffers of a normally built one: the Spelling Bee table empty and not
+    ready (forward then asks for it, instead of reading garbage), the affine ``alpha_ma`` at 1."""
+    config = NeoLLMConfig(**{**TINY, **extra})
+    normal = NeoLLMForCausalLM(config)
+    with torch.device("meta"):
+        meta = NeoLLMForCausalLM(config)
+    meta.to_empty(device="cpu")
+    for _, buf in meta.named_buffers():  # what uninitialised memory may hold
+        buf.fill_(7 if buf.dtype != torch.bool else True)
+    meta.init_weights()
+    want = dict(normal.named_buffers())
+    got = dict(meta.named_buffers())
+    assert got.keys() == want.keys() and any(".spelling_bee." in n for n in want)
+    for name, buf in want.items():
+        assert torch.equal(got[name], buf), name
+    with pytest.raises(RuntimeError, match="set_byte_table"):
+        meta(input_ids=torch.tensor([[1, 2, 3]]))
+    meta.model.spelling_bee.set_byte_table_from_bytes(toy_byte_table(config.vocab_size))
+    assert torch.isfinite(meta(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_from_pretrained_keeps_the_saved_byte_table_and_affine_mean(tmp_path):
+    """``_init_weights`` resets those buffers only where nothing was loaded: a saved byte table and
+    ``alpha_ma`` come back from ``from_pretrained`` as saved."""
+    config = NeoLLMConfig(**{**TINY, "use_affine_scaled_attention": True})
+    model = NeoLLMForCausalLM(config)
+    model.model.spelling_bee.set_byte_table_from_bytes(toy_byte_table(config.vocab_size))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.affine.alpha_ma.fill_(0.75)
+    model.save_pretrained(tmp_path)
+    back = NeoLLMForCausalLM.from_pretrained(tmp_path)
+    want = dict(model.named_buffers())
+    for name, buf in back.named_buffers():
+        assert torch.equal(buf, want[name]), name
+    ids = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(back.eval()(input_ids=ids).logits, model.eval()(input_ids=ids).logits, atol=1e-5, rtol=0)

@@ -80,7 +80,8 @@ class NeoLLMConfig(PretrainedConfig):
             num_key_value_heads, head_dim, hidden_act, max_position_embeddings, initializer_range,
             rms_norm_eps, tie_word_embeddings: the usual transformer sizes.
         rope_theta, rope_scaling, partial_rotary_factor: rotary positions (docs/neollm-attention.md#positions). ``rope_scaling``
-            is kept as given (``None`` by default) and stored as ``rope_parameters`` (``INIT_ONLY_KEYWORDS``). transformers v5's
+            is kept as given and stored as ``rope_parameters`` (``INIT_ONLY_KEYWORDS``); without it ``rope_parameters`` is
+            ``{"rope_type": "default", "rope_theta", "partial_rotary_factor"}`` from those fields. transformers v5's
             ``rope_parameters`` (``{"rope_type", "rope_theta", "factor", ...}``) is honoured too: its ``rope_theta`` and
             ``partial_rotary_factor`` set those fields and a non-default ``rope_type`` is the scaling.
         attention_bias, attention_dropout, dropout_rate: biases on q/k/v, probability dropout,
@@ -236,11 +237,11 @@ class NeoLLMConfig(PretrainedConfig):
         super().__post_init__(**{"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs})
         # transformers 5.x reads `rope_parameters`; `rope_scaling` is its (deprecated) alias property, so
         # setting the dict once keeps both names in agreement. Set after the base post-init, which would
-        # otherwise fill a default `rope_parameters` in.
-        self.rope_parameters = None if rope_scaling is None else dict(rope_scaling)
-        if self.rope_parameters is not None:
-            self.standardize_rope_params()
-            self.validate_rope()
+        # otherwise fill a default `rope_parameters` in. Without a scaling the dict is plain RoPE,
+        # {"rope_type": "default", "rope_theta", "partial_rotary_factor"} from the fields (kept as well).
+        self.rope_parameters = {"rope_type": "default"} if rope_scaling is None else dict(rope_scaling)
+        self.standardize_rope_params()
+        self.validate_rope()
 
     def _take_rope_keywords(self, kwargs: dict) -> dict | None:
         """Pop ``rope_scaling`` and transformers v5's ``rope_parameters`` from ``kwargs``; return the scaling.

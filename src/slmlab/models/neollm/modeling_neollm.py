@@ -37,6 +37,7 @@ from .components.attention import AttentionCore, NeoLLMAttention, training_windo
 from .components.context import ForwardContext, ResidualState
 from .components.generator import LeviathanGenerator, no_latents
 from .components.jtokm import JTokM
+from .components.recompute import checkpoint_contexts
 from .configuration_neollm import NeoLLMConfig
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,11 @@ class NeoLLMPreTrainedModel(SLMPreTrainedModel):
                 " a ResidualState, not tensors, which the reentrant checkpoint cannot differentiate through;"
                 " call gradient_checkpointing_enable() without use_reentrant=True"
             )
-        super()._activation_checkpointing_enable(activation_checkpointing_kwargs, every_n_layers, offload)
+        # each checkpointed call gets a CheckpointRun, so stateful modules (affine attention's EMA)
+        # step once and see the same state when recomputed in backward
+        kwargs = {"use_reentrant": False, **(activation_checkpointing_kwargs or {})}
+        kwargs["context_fn"] = checkpoint_contexts(kwargs.get("context_fn"))
+        super()._activation_checkpointing_enable(kwargs, every_n_layers, offload)
 
     def prepare_for_training(self, seq_len: int) -> None:
         """Harness hook (``slmlab train`` calls it before training): with the automatic local window

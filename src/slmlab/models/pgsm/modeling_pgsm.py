@@ -119,7 +119,9 @@ class PGSMModel(SLMBaseModel, PGSMPreTrainedModel):
 
     def layer_loop(self, inputs: ForwardInputs, retrieval_positions: torch.Tensor | None = None) -> torch.Tensor:
         """The backbone blocks, then (when retrieval runs for this call) the retriever and the
-        post-retrieval block, recorded as one more hidden state.
+        post-retrieval block. ``hidden_states`` always has ``layers + 1`` entries: the embeddings and
+        one per block, where the retrieval stage belongs to the last block's entry (so the count does
+        not depend on whether a token retrieves, and the last entry is the returned, normalised state).
 
         Args:
             retrieval_positions: ``[B]`` or ``[B, Q]`` column indices (``-1`` pads) where the
@@ -132,18 +134,19 @@ class PGSMModel(SLMBaseModel, PGSMPreTrainedModel):
         b, t, _ = x.shape
         key_mask = inputs.attention_mask.bool() if inputs.attention_mask is not None else None
         keep = key_mask[:, -t:, None].to(x.dtype) if key_mask is not None else x.new_ones(b, t, 1)
+        n = len(self.blocks)
         for i, block in enumerate(self.blocks):
             x = block(x, keep, inputs.state(i))
-            inputs.record(x)
+            if i < n - 1:  # the last block's entry is recorded after the retrieval stage
+                inputs.record(x)
 
         positions = self._positions_for_call(
             retrieval_positions, inputs.input_ids, inputs.attention_mask, cache, past, b, t, x.device, inputs.decoding
         )
         if positions is not None:
-            n = len(self.blocks)
             x = self.retriever(x, positions, inputs.position_ids, key_mask, past, inputs.state(n), inputs.attentions)
             x = self.post_retrieval_block(x, keep, inputs.state(n + 1))
-            inputs.record(x)
+        inputs.record(x)
         return self.final_norm(x)
 
 

@@ -55,6 +55,16 @@ class SpellingBee(nn.Module):
             return NoSpellingBee()
         return cls(config.vocab_size, config.hidden_size)
 
+    def reset_parameters_with(self, init_module) -> None:
+        """The empty, not-ready byte table (``_init_weights``): a model built on the meta device and
+        materialised gets the buffers of a fresh one, never leftover memory. ``byte_embed`` is an
+        ``nn.Embedding`` and gets the shared init. ``init_module`` is ``transformers.initialization``
+        (which leaves buffers that ``from_pretrained`` loaded as they are) or ``torch.nn.init``."""
+        for buf in (self.byte_ids, self.byte_len, self.table_ready):
+            init_module.zeros_(buf)
+        self.table_version += 1  # baked tables are stale; readiness is read from the buffer again
+        self._ready = False
+
     # -- the byte table ----------------------------------------------------------------------
     def set_byte_table(self, tokenizer) -> None:
         """Fill the byte table from a transformers tokenizer (rules in :mod:`.byte_table`)."""

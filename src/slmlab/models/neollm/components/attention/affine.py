@@ -17,7 +17,9 @@ probabilities (``attn_implementation="eager"``). The entries live in ``functions
 ``α_ma`` is an exponential moving average of the batch-mean ``α``: after β used its entry value,
 once per forward call in training, ``α_ma ← ρ α_ma + (1−ρ)·mean_{b, real t}(α)`` under ``no_grad``
 (all-reduced across ranks when ``torch.distributed`` is initialised); frozen in eval, where
-decode == prefill holds. Parameters ``d·H + H`` (4,104 per layer at the seed defaults).
+decode == prefill holds. Under gradient checkpointing the layer's recomputation in backward reuses
+the entry value and skips the update (:mod:`..recompute`), so a step updates ``α_ma`` once and
+gives the plain backward's gradients. Parameters ``d·H + H`` (4,104 per layer at the seed defaults).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from ..recompute import current_run
 
 
 @dataclass(frozen=True)
@@ -93,13 +97,19 @@ class AffineScale(nn.Module):
         return cls(config.hidden_size, config.num_attention_heads, config.affine_momentum)
 
     def reset_parameters_with(self, init_module) -> None:
+        """``W_α``, ``b`` at 0 and ``α_ma`` at 1 (a buffer ``from_pretrained`` loaded is kept)."""
         init_module.zeros_(self.proj.weight)
         init_module.zeros_(self.proj.bias)
+        init_module.ones_(self.alpha_ma)
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> AffineTerms:
         alpha = 2.0 * torch.sigmoid(self.proj(x).float())
-        terms = AffineTerms(alpha, self.alpha_ma.float().clone())
-        if self.training:
+        entry = self.alpha_ma.float().clone()
+        run = current_run()
+        if run is not None:  # checkpointed: the recomputation reuses the entry value, steps nothing
+            entry = run.keep(self, entry)
+        terms = AffineTerms(alpha, entry)
+        if self.training and (run is None or not run.recomputing):
             self.update(alpha.detach(), attention_mask)
         return terms
 
