@@ -187,7 +187,7 @@ def remove_stale_temporaries(root: Path) -> list[Path]:
 
 def save_checkpoint(
     root: Path, step: int, model, tokenizer, optimizer, trainer_state: dict, run_config: dict, keep: int = 0,
-    trained_context: int | None = None,
+    trained_context: int | None = None, extra_json: dict[str, dict] | None = None,
 ) -> Path:
     """Write ``root/step_{step:06d}`` atomically and prune to the newest ``keep`` (0 = keep all).
 
@@ -205,6 +205,8 @@ def save_checkpoint(
         trained_context: the sequence length the model is trained on (the trainer passes its
             source's ``seq_len``), recorded in ``trainer/state.json`` as ``trained_context`` and read
             back by :func:`slmlab.train.saved.trained_context`; None when unknown.
+        extra_json: more JSON files of the checkpoint, name -> object (e.g. ``data_identity.json``),
+            written inside the temporary folder so they appear with the checkpoint or not at all.
     Raises:
         NonFiniteWeights: the model holds NaN/inf parameters (nothing is written).
     """
@@ -226,6 +228,8 @@ def save_checkpoint(
             tokenizer.save_pretrained(str(tmp))
         (tmp / "run.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
         write_trainer_files(tmp / "trainer", optimizer, {**trainer_state, TRAINED_CONTEXT: trained_context})
+        for name, payload in (extra_json or {}).items():
+            (tmp / name).write_text(json.dumps(payload, indent=1) + "\n")
         _fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
             if _exchange(tmp, final):  # tmp now holds the old folder

@@ -16,7 +16,6 @@ refused. A checkpoint without that file (written before it existed) is compared 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +47,6 @@ def read_data_identity(ckpt: Path) -> dict | None:
     if not isinstance(identity, dict) or "kind" not in identity:
         raise ValueError(f"{path} is not a data identity; delete it to compare the data by its --data text")
     return identity
-
-
-def write_data_identity(ckpt: Path, identity: dict) -> None:
-    """Record ``identity`` in the checkpoint folder ``ckpt`` (written whole, then renamed into place)."""
-    path = Path(ckpt) / DATA_IDENTITY_FILE
-    tmp = path.with_name(f".{DATA_IDENTITY_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(identity, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def describe_data(identity: dict) -> str:

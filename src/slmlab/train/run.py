@@ -53,21 +53,6 @@ def requested_data(cfg: RunConfig) -> tuple[dict, object | None]:
     return data_identity(cfg.data, corpus), corpus
 
 
-class RecordingTrainer(Trainer):
-    """A :class:`Trainer` whose every checkpoint also records the identity of its data
-    (``data_identity.json``, compared by the next ``--resume``: :mod:`slmlab.train.resume_check`)."""
-
-    data_identity: dict | None = None
-
-    def save(self) -> Path | None:
-        from .resume_check import write_data_identity
-
-        path = super().save()
-        if path is not None and self.data_identity is not None:
-            write_data_identity(path, self.data_identity)
-        return path
-
-
 def fresh_tokenizer(cfg: RunConfig):
     """The tokenizer ``cfg`` asks for, built now: ``byte``, a path, or a BPE trained on the corpus's
     training texts (kept in the data cache, keyed by the vocabulary size and the texts, so every
@@ -211,7 +196,7 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
     from ..data.sources import data_identity
     from .checkpoint import check_checkpoint, remove_stale_temporaries
     from .metrics import trim_metrics
-    from .resume_check import compare_for_resume, read_data_identity
+    from .resume_check import DATA_IDENTITY_FILE, compare_for_resume, read_data_identity
 
     device = resolve_device(cfg.device)
     dist_info = init_distributed(device)
@@ -255,8 +240,9 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
     attach_tokenizer(model, tokenizer)
     record_tokenizer(model, tokenizer, seq_len, source.is_synthetic)
     prepare_for_training(model, seq_len)
-    trainer = RecordingTrainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
-    trainer.data_identity = identity
+    trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
+    if identity is not None:
+        trainer.checkpoint_json[DATA_IDENTITY_FILE] = identity  # compared by the next --resume
     if ckpt is not None:
         trainer.resume(ckpt)
     if dist_info.is_main:

@@ -116,6 +116,7 @@ class Trainer:
         self.ckpt_root = self.run_dir / "checkpoints"
         self.model = model.to(self.device)
         self.source = source
+        self.checkpoint_json: dict[str, dict] = {}  # extra JSON files every checkpoint carries (name -> object)
         self.tokenizer = tokenizer
         self.forward_inputs = family_forward_inputs(model)
         # train_on=scored: the LM head runs only at scored positions (same loss; SLMForCausalLM.forward)
@@ -166,7 +167,7 @@ class Trainer:
                 path = save_checkpoint(
                     self.ckpt_root, self.state.step, self.model, self.tokenizer, self.optimizer,
                     self.state.to_json(self.cfg, self.dist.world_size), self.cfg.to_dict(), self.cfg.keep_checkpoints,
-                    trained_context=self.source.seq_len,
+                    trained_context=self.source.seq_len, extra_json=self.checkpoint_json,
                 )
             except NonFiniteWeights as err:
                 last = self.last_checkpoint()
