@@ -237,3 +237,34 @@ def test_resolve_device_names_what_to_use():
 def test_model_folder_without_config_is_clear(tmp_path, capsys):
     (tmp_path / "m").mkdir()
     fails(capsys, ["generate", str(tmp_path / "m"), "--prompt-ids", "1"], "holds no checkpoint")
+
+
+@pytest.mark.parametrize("text, needles, unwanted", [
+    ("Error while serializing: I/O error: No space left on device (os error 28)", ["no space left", "--resume"], "corrupt"),
+    ("Error while serializing: I/O error: Disk quota exceeded (os error 122)", ["no space left"], "corrupt"),
+    ('Error while serializing: I/O error: Permission denied (os error 13) at path "/x/.tmp1"',
+     ["permission denied (/x/.tmp1)"], "corrupt"),
+    ("Error while serializing: I/O error: Something odd (os error 99)", ["Something odd", "check the disk"], "corrupt"),
+    ("Error while deserializing header: invalid header length", ["is corrupt", "earlier checkpoint"], "space"),
+])
+def test_a_safetensors_error_is_said_as_what_it_is(text, needles, unwanted):
+    """Issue 34.10: a full disk while saving read as 'a safetensors file is corrupt'."""
+    from safetensors import SafetensorError
+
+    from slmlab.commands.errors import expected_error_message
+
+    said = expected_error_message(SafetensorError(text))
+    assert all(n in said for n in needles) and unwanted not in said, said
+
+
+def test_a_real_safetensors_write_failure_names_the_path_not_corruption(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from slmlab.commands.errors import expected_error_message
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(Exception) as caught:
+        save_file({"a": torch.zeros(4)}, str(tmp_path / "file" / "model.safetensors"))
+    said = expected_error_message(caught.value)
+    assert "a path component is a file" in said and "corrupt" not in said, said

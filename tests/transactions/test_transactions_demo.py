@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 
 import numpy as np
@@ -215,7 +216,14 @@ def test_bad_inputs_come_back_as_messages(state, cid):
 
 
 def test_load_state_names_the_missing_fitted_schema(state, tmp_path):
+    """No schema file: the schema recorded in the model's config tokenises the bank (here the bank is
+    missing, so the next error is about the bank); with neither, the error names the file."""
     state.model.save_pretrained(tmp_path / "ckpt")
+    with pytest.raises(FileNotFoundError, match="no transactions.parquet"):
+        demo.load_state(tmp_path / "ckpt", tmp_path / "bank")
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    config["schema"]["fitted"] = None
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="schema.fitted.json"):
         demo.load_state(tmp_path / "ckpt", tmp_path / "bank")
 

@@ -139,6 +139,23 @@ def test_demo_refuses_a_pretraining_run(runs, capsys):
     assert code == 2 and "slmlab transactions finetune --encoder" in err, err
 
 
+@pytest.mark.parametrize("stage", ["pre", "ft"])
+def test_every_run_folder_says_how_to_tokenise_a_bank(runs, stage):
+    """Issue 34.10: README's finetune -> `demo --checkpoint` failed (the fine-tuned run had no schema file)."""
+    from slmlab.transactions.data.schema import FittedSchema
+
+    saved = FittedSchema.load(runs / stage / "schema.fitted.json")
+    assert saved.to_dict() == FittedSchema.load(runs / "pre" / "schema.fitted.json").to_dict()
+
+
+def test_demo_loads_the_finetuned_run_of_the_readme(runs):
+    pytest.importorskip("gradio")
+    from slmlab.transactions import demo
+
+    state = demo.load_state(runs / "ft", runs / "bank", baselines=False)
+    assert state.test_scores["sequence"].shape == state.test_y.shape
+
+
 def test_finetune_encoder_must_be_a_pretraining_run(runs, tmp_path, capsys):
     code = main(["transactions", "finetune", *_common(runs), "--encoder", str(runs / "ft"), "--out",
                  str(tmp_path / "a"), *STEPS])

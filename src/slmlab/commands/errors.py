@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70  # sysexits EX_SOFTWARE: a bug in slmlab
@@ -28,7 +29,8 @@ def _os_error(err: OSError) -> str | None:
     where = f" ({err.filename})" if err.filename else ""
     what = err.strerror or str(err)
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"no space left on the device{where}; free disk space (or choose another out_dir), then rerun with --resume"
+        return (f"no space left on the device{where}; free disk space or choose another output path, then rerun"
+                " (a training run continues with --resume)")
     if isinstance(err, NotADirectoryError):
         return f"{what}{where}: a path component is a file, not a folder; choose another path"
     if isinstance(err, IsADirectoryError):
@@ -63,5 +65,21 @@ def expected_error_message(err: BaseException) -> str | None:
     except ImportError:  # pragma: no cover - safetensors is a dependency
         return None
     if isinstance(err, SafetensorError):
-        return f"a safetensors file is corrupt ({err}); resume from an earlier checkpoint or save the model again"
+        return _safetensors_error(str(err))
     return None
+
+
+_OS_ERROR = re.compile(r"I/O error: (?P<what>.*?) \(os error (?P<errno>\d+)\)(?: at path \"(?P<path>[^\"]*)\")?")
+
+
+def _safetensors_error(text: str) -> str:
+    """A SafetensorError said as what it is: an operating-system failure (a full disk, a missing folder, no
+    permission, while reading or writing) through the OS-error table; otherwise a damaged file."""
+    found = _OS_ERROR.search(text)
+    if found:
+        os_err = OSError(int(found["errno"]), found["what"], found["path"])
+        said = _os_error(os_err)
+        if said is not None:
+            return said
+        return f"{found['what']} ({found['path'] or 'a safetensors file'}); check the disk and the path, then rerun"
+    return f"a safetensors file is corrupt ({text}); resume from an earlier checkpoint or save the model again"

@@ -119,6 +119,7 @@ def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fra
     bs = cfg.eval_batch_size or cfg.batch_size
     trainer = Trainer(cfg, model, source, evaluator=lambda m, split: spec.evaluate(m, windows[split], bs))
     resume_run(trainer, cfg, resume, allow_change)
+    model.config.fitted_schema.save(Path(cfg.out_dir))  # as pretraining: the run folder says how to tokenise a bank
     trainer.train()
     return trainer
 

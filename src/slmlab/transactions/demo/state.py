@@ -134,8 +134,9 @@ def stacked_model_scores(model: TransactionFraudModel, bank: Bank) -> dict[str, 
 def load_state(checkpoint: str | Path, data: str | Path, baselines: bool = True) -> DemoState:
     """A state from a fine-tuned run or checkpoint folder and a bank folder.
 
-    The folder must hold ``schema.fitted.json`` (itself or its resolved checkpoint): the schema the
-    model was trained with, used to tokenise the bank.
+    The schema the model was trained with tokenises the bank: the folder's ``schema.fitted.json`` (itself
+    or its resolved checkpoint; every pretraining and fine-tuning run writes one), else the fitted schema
+    recorded in the model's config.
     """
     from ...train.checkpoint import resolve_checkpoint
 
@@ -143,13 +144,13 @@ def load_state(checkpoint: str | Path, data: str | Path, baselines: bool = True)
     if not checkpoint.exists():
         raise ValueError(f"checkpoint {checkpoint} does not exist; pass a fine-tuned run folder or use --quick")
     ckpt = resolve_checkpoint(checkpoint)
+    model = TransactionFraudModel.from_pretrained(str(ckpt))
     schema_file = next((p / "schema.fitted.json" for p in (checkpoint, ckpt) if (p / "schema.fitted.json").is_file()),
                        None)
-    if schema_file is None:
-        raise ValueError(f"checkpoint {checkpoint} has no schema.fitted.json; copy the pretraining run's "
-                         "schema.fitted.json into it (or use --quick)")
-    fitted = FittedSchema.load(schema_file)
-    model = TransactionFraudModel.from_pretrained(str(ckpt))
+    fitted = FittedSchema.load(schema_file) if schema_file is not None else model.config.fitted_schema
+    if fitted is None:
+        raise ValueError(f"checkpoint {checkpoint} has no schema.fitted.json and its config records no fitted schema;"
+                         " copy the pretraining run's schema.fitted.json into it (or use --quick)")
     data = Path(data)
     bank_data = load_bank(data)
     bank = prepare_bank(bank_data.transactions, fitted, bank_data.customers)
