@@ -115,31 +115,39 @@ def test_parquet_without_pyarrow_says_what_to_install(tmp_path):
         load_corpus(str(tmp_path / "d.parquet"))
 
 
-def test_parquet_rows_are_documents(tmp_path, monkeypatch):
-    class Table:
-        column_names = ["text"]
-
-        def column(self, name):
-            return types.SimpleNamespace(to_pylist=lambda: [f"row {i} " * 5 for i in range(10)] + [None])
-
-    pq = types.SimpleNamespace(read_table=lambda path: Table())
-    monkeypatch.setitem(sys.modules, "pyarrow", types.SimpleNamespace(parquet=pq))
-    monkeypatch.setitem(sys.modules, "pyarrow.parquet", pq)
-    (tmp_path / "d.parquet").write_bytes(b"PAR1")
+def test_parquet_rows_are_documents(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    texts = [f"row {i} " * 5 for i in range(2500)] + [None]
+    pq.write_table(pa.table({"text": texts, "n": list(range(2501))}), tmp_path / "d.parquet", row_group_size=700)
     corpus = load_corpus(str(tmp_path / "d.parquet"))
-    assert sum(len(v) for v in corpus.documents.values()) == 10
+    names = sorted(n for split in corpus.documents.values() for n, _ in split)
+    assert len(names) == 2500 and "d.parquet:0" in names and "d.parquet:2499" in names  # read batch by batch
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "ints.parquet")
+    with pytest.raises(ValueError, match="must hold strings, row 0 holds int"):
+        load_corpus(str(tmp_path / "ints.parquet"))
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "nocol.parquet")
+    with pytest.raises(ValueError, match="no column 'text'"):
+        load_corpus(str(tmp_path / "nocol.parquet"))
+
+
+class FakeSplit:
+    """The part of a ``datasets.Dataset`` the hf reader uses: column names and batched iteration."""
+
+    def __init__(self, texts):
+        self.column_names = ["text"]
+        self._texts = texts
+
+    def iter(self, batch_size):
+        for start in range(0, len(self._texts), batch_size):
+            yield {"text": self._texts[start : start + batch_size]}
+
+    def __getitem__(self, key):
+        raise AssertionError("the whole column was read into memory")
 
 
 def test_hf_datasets_path(monkeypatch):
-    class Split:
-        def __init__(self, texts):
-            self.column_names = ["text"]
-            self._texts = texts
-
-        def __getitem__(self, key):
-            return self._texts
-
-    loaded = {"train": Split([f"train doc {i}" for i in range(5)]), "validation": Split(["held out"])}
+    loaded = {"train": FakeSplit([f"train doc {i}" for i in range(2005)] + [""]), "validation": FakeSplit(["held out"])}
     calls = []
     fake = types.SimpleNamespace(load_dataset=lambda name, config: calls.append((name, config)) or loaded)
     monkeypatch.setitem(sys.modules, "datasets", fake)
@@ -147,7 +155,10 @@ def test_hf_datasets_path(monkeypatch):
     assert calls == [("tiny_stories", "cfg")]
     assert corpus.name == "hf:tiny_stories:cfg"
     assert [t for _, t in corpus.documents["validation"]] == ["held out"]
-    assert len(corpus.documents["train"]) == 5
+    assert len(corpus.documents["train"]) == 2005 and corpus.documents["train"][-1] == ("train:2004", "train doc 2004")
+    del loaded["validation"]
+    split = load_corpus("hf:tiny_stories").documents
+    assert len(split["validation"]) == 200 and len(split["train"]) == 1805
 
 
 def test_hf_without_datasets_is_a_clear_error(monkeypatch):

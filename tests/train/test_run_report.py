@@ -140,3 +140,29 @@ def test_a_run_stopped_by_the_time_cap_is_reported_incomplete(corpus, tmp_path, 
     assert cli.main(["train", *args_for(corpus, out, "sample_tokens=0"), "--resume", "--steps", "5"]) == 0  # finishes
     report = json.loads((out / "report.json").read_text())
     assert report["steps"] == 5 and report["incomplete"] is False and "Incomplete" not in (out / "report.md").read_text()
+
+
+def test_a_large_validation_split_is_measured_on_a_named_seeded_sample(corpus, tmp_path, capsys):
+    """Issue 28: a 1 GB corpus made every run (even max_steps=1) read 35M validation tokens at the end."""
+    out = tmp_path / "run"
+    assert cli.main(["train", *args_for(corpus, out, "final_eval_tokens=96"), "--steps", "1"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    final = report["final_eval"]
+    assert final["measured_at_end"] and final["tokens"] == 3 * 31  # 3 sequences of 32 (the labels shift once)
+    assert final["scope"].startswith("validation sample: 3 of ") and "seed 0; final_eval_tokens=96" in final["scope"]
+    md = (out / "report.md").read_text()
+    assert "validation sample: 3 of" in md
+    from slmlab.data import get_source, get_tokenizer
+    from slmlab.train.run import final_eval_sample
+
+    source = get_source(str(corpus), get_tokenizer("byte"), 32, cache_dir=tmp_path / "c")
+    rows = source.n_eval_rows("validation")
+    assert final_eval_sample(source, 0) == (None, "whole validation split")
+    assert final_eval_sample(source, rows * 32) == (None, "whole validation split")
+    assert final_eval_sample(source, rows * 32 - 1)[0] == rows - 1
+    once = [b["input_ids"] for b in source.eval_batches("validation", 2, sample=5)]
+    again = [b["input_ids"] for b in source.eval_batches("validation", 2, sample=5)]
+    assert [len(b) for b in once] == [2, 2, 1] and all(torch.equal(a, b) for a, b in zip(once, again))
+    whole = torch.cat([b["input_ids"] for b in source.eval_batches("validation", 64)])
+    picked = torch.cat(once)
+    assert all(any(torch.equal(row, w) for w in whole) for row in picked)  # rows of the split, none invented

@@ -34,10 +34,7 @@ def tokenizer_command(argv: list[str]) -> int:
 
     if args.action == "train":
         probe = get_source(args.data, get_tokenizer("byte"), 64, errors=args.errors)
-        texts = list(probe.train_texts())
-        if not texts:
-            raise ValueError(f"data {args.data!r} yields no training texts")
-        tok = get_tokenizer("bpe", texts=texts, vocab_size=args.vocab_size)
+        tok = get_tokenizer("bpe", texts=probe.train_texts(), vocab_size=args.vocab_size)  # streamed, never held
         tok.save_pretrained(args.out)
         print(json.dumps({"out": str(Path(args.out)), "vocab_size": len(tok), "bos": tok.bos_token,
                           "eos": tok.eos_token, "pad": tok.pad_token}))

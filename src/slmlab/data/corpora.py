@@ -1,26 +1,33 @@
 """Text corpora as named documents split into train/validation: shakespeare, pystdlib, local files, hf.
 
-A :class:`Corpus` holds ``{split: [(name, text), ...]}`` and a fingerprint of its content; the
-token cache (:mod:`slmlab.data.packing`) is keyed by that fingerprint and the tokenizer's.
+A :class:`Corpus` yields ``(name, text)`` documents per split (:meth:`Corpus.iter_documents`) and
+has a fingerprint of its content; the token cache (:mod:`slmlab.data.packing`) is keyed by that
+fingerprint and the tokenizer's. The built-in corpora are small and held in memory; local files and
+folders and ``hf:`` datasets are a :class:`StreamedCorpus`, read a document at a time
+(:mod:`slmlab.data.documents`) and never held whole, so a corpus larger than memory works.
+
 Splits are by document (a play, a source file, a jsonl line), never by line, except for a single
-document, whose last ~10% (cut at a line break) is the validation split.
+document, whose last ~10% (cut at a line break) is the validation split. With several documents the
+validation split is the ``max(1, round(10%))`` documents with the smallest sha256 of their name,
+chosen in one pass with a bounded heap (O(n log k)), without holding any text.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import heapq
 import os
 import sysconfig
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .documents import ERRORS, DatasetSplit, decode_utf8, file_reader
 from .paths import resolve_cache_dir
 
 SPLITS = ("train", "validation")
-ERRORS = ("strict", "replace")
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
 BUILTIN_CORPORA = ("shakespeare", "pystdlib")
 VALIDATION_FRACTION = 0.1
@@ -39,9 +46,18 @@ SHAKESPEARE_TEXTS = "shksprdata/texts/"
 SHAKESPEARE_VALIDATION = ("hamlet_gut", "twelfth_night_gut", "henry_v_gut")
 
 
+def has_text(text: str) -> bool:
+    """A document counts when it holds something besides whitespace (``text.strip()`` without the copy)."""
+    return bool(text) and not text.isspace()
+
+
+def _name_digest(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
 @dataclass
 class Corpus:
-    """Named documents per split.
+    """Named documents per split, held in memory (the built-in corpora, and any small list).
 
     Args:
         name: corpus name (``shakespeare``, ``pystdlib``, a path, ``hf:<name>``).
@@ -51,56 +67,160 @@ class Corpus:
     name: str
     documents: dict[str, list[tuple[str, str]]]
 
+    def iter_documents(self, split: str) -> Iterator[tuple[str, str]]:
+        """The documents of ``split`` in order, one at a time."""
+        return iter(self.documents[split])
+
+    def n_documents(self, split: str) -> int:
+        return len(self.documents[split])
+
+    def text_bytes(self, split: str) -> int:
+        """UTF-8 bytes of ``split``'s texts (a progress display's total)."""
+        return sum(len(t.encode("utf-8", "replace")) for _, t in self.iter_documents(split))
+
     def fingerprint(self) -> str:
-        """sha256 over split names, document names and texts (first 16 hex digits)."""
+        """sha256 over split names, document names and texts (first 16 hex digits), streamed."""
+        cached = getattr(self, "_fingerprint", None)
+        if cached is not None:
+            return cached
         h = hashlib.sha256()
         for split in SPLITS:
             h.update(split.encode())
-            for doc_name, text in self.documents[split]:
+            for doc_name, text in self.iter_documents(split):
                 for part in (doc_name, text):
                     data = part.encode("utf-8", "surrogatepass")
                     h.update(len(data).to_bytes(8, "little"))
                     h.update(data)
-        return h.hexdigest()[:16]
+        self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
 
-def decode_utf8(data: bytes, origin: str, errors: str = "strict") -> str:
-    """Decode UTF-8 (a leading BOM is dropped); a clear ``ValueError`` names the file and byte offset."""
-    if errors not in ERRORS:
-        raise ValueError(f"errors must be one of {ERRORS}, got {errors!r}")
-    try:
-        text = data.decode("utf-8", errors=errors)
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"{origin} is not valid UTF-8 (byte offset {exc.start}: {data[exc.start:exc.start + 4]!r}); re-encode it"
-            " as UTF-8, or substitute U+FFFD for bad bytes: data_errors=replace (slmlab train / eval run config),"
-            " --errors replace (slmlab tokenizer train), errors='replace' (Python)"
-        ) from None
-    return text[1:] if text.startswith("\ufeff") else text
+class CorpusTexts:
+    """The texts of one split of a corpus as a re-iterable: each ``iter()`` streams them again, and
+    ``len()`` is the number of documents (BPE training reads them twice: to key its cache, to train)."""
+
+    def __init__(self, corpus: Corpus, split: str = "train") -> None:
+        self.corpus, self.split = corpus, split
+
+    def __iter__(self) -> Iterator[str]:
+        return (text for _, text in self.corpus.iter_documents(self.split))
+
+    def __len__(self) -> int:
+        return self.corpus.n_documents(self.split)
 
 
 def split_documents(docs: list[tuple[str, str]], origin: str) -> dict[str, list[tuple[str, str]]]:
-    """Deterministic train/validation split by document.
+    """Deterministic train/validation split by document, of documents in memory.
 
     Several documents: the ``max(1, round(10%))`` documents with the smallest sha256 of their name
     are validation. One document: its tail after the last line break before 90% of its length.
     """
-    docs = [(n, t) for n, t in docs if t.strip()]
+    docs = [(n, t) for n, t in docs if has_text(t)]
     if not docs:
         raise ValueError(f"{origin}: no text found (every document is empty or whitespace)")
     if len(docs) == 1:
-        name, text = docs[0]
-        cut = text.rfind("\n", 0, int(len(text) * (1 - VALIDATION_FRACTION)))
-        cut = cut + 1 if cut > 0 else int(len(text) * (1 - VALIDATION_FRACTION))
-        if cut <= 0 or cut >= len(text):
-            raise ValueError(f"{origin}: a single document of {len(text)} characters is too short to split")
-        return {"train": [(name, text[:cut])], "validation": [(name + "#validation", text[cut:])]}
-    n_val = max(1, round(len(docs) * VALIDATION_FRACTION))
-    held = set(sorted((hashlib.sha256(n.encode()).hexdigest(), n) for n, _ in docs)[i][1] for i in range(n_val))
+        return split_single_document(*docs[0], origin)
+    held = held_out_digests([_name_digest(n) for n, _ in docs])
     return {
-        "train": [(n, t) for n, t in docs if n not in held],
-        "validation": [(n, t) for n, t in docs if n in held],
+        "train": [(n, t) for n, t in docs if _name_digest(n) not in held],
+        "validation": [(n, t) for n, t in docs if _name_digest(n) in held],
     }
+
+
+def split_single_document(name: str, text: str, origin: str) -> dict[str, list[tuple[str, str]]]:
+    """One document: train is its head, validation its tail after the last line break before 90%."""
+    cut = text.rfind("\n", 0, int(len(text) * (1 - VALIDATION_FRACTION)))
+    cut = cut + 1 if cut > 0 else int(len(text) * (1 - VALIDATION_FRACTION))
+    if cut <= 0 or cut >= len(text):
+        raise ValueError(f"{origin}: a single document of {len(text)} characters is too short to split")
+    return {"train": [(name, text[:cut])], "validation": [(name + "#validation", text[cut:])]}
+
+
+def held_out_digests(digests: list[bytes]) -> frozenset[bytes]:
+    """The ``max(1, round(10%))`` smallest of the documents' name digests: the validation documents
+    (a heap of that size over one pass, O(n log k))."""
+    n_val = max(1, round(len(digests) * VALIDATION_FRACTION))
+    return frozenset(heapq.nsmallest(n_val, digests))
+
+
+class StreamedCorpus(Corpus):
+    """A corpus read a document at a time from its readers (:mod:`slmlab.data.documents`), never held.
+
+    Building it reads every document once (the *index* pass: it checks every file, counts the
+    documents and bytes of each split and picks the validation documents by name hash, keeping only
+    the 32-byte name digests); every later use streams the files again. A corpus that turns out to
+    be a single document is split in memory as before (its head and tail).
+
+    Args:
+        name: the corpus name (the path or ``hf:<name>``).
+        readers: document readers whose documents are split by name hash; or
+        splits: ``{"train": [readers], "validation": [readers]}``, splits given by the source.
+    """
+
+    def __init__(self, name: str, readers: list | None = None, splits: dict[str, list] | None = None) -> None:
+        if (readers is None) == (splits is None):
+            raise ValueError("pass readers (split by name hash) or splits (given), not both")
+        self.name = name
+        self._readers, self._splits = readers, splits
+        self._held: frozenset[bytes] = frozenset()
+        self._single: Corpus | None = None
+        self._counts = self._index()
+
+    def _index(self) -> dict[str, tuple[int, int]]:
+        if self._splits is not None:
+            counts = {}
+            for split in SPLITS:
+                docs = n_bytes = 0
+                for _, text in self._read(self._splits[split]):
+                    docs, n_bytes = docs + 1, n_bytes + len(text.encode("utf-8", "replace"))
+                if not docs:
+                    raise ValueError(f"{self.name}: split {split!r} has no text")
+                counts[split] = (docs, n_bytes)
+            return counts
+        digests, sizes, first = [], [], None
+        for name, text in self._read(self._readers):
+            digests.append(_name_digest(name))
+            sizes.append(len(text.encode("utf-8", "replace")))
+            first = (name, text) if len(digests) == 1 else None
+        if not digests:
+            raise ValueError(f"{self.name}: no text found (every document is empty or whitespace)")
+        if first is not None:
+            self._single = Corpus(self.name, split_single_document(*first, self.name))
+            return {s: (1, self._single.text_bytes(s)) for s in SPLITS}
+        self._held = held_out_digests(digests)
+        val = [size for d, size in zip(digests, sizes) if d in self._held]
+        return {"train": (len(digests) - len(val), sum(sizes) - sum(val)), "validation": (len(val), sum(val))}
+
+    @staticmethod
+    def _read(readers) -> Iterator[tuple[str, str]]:
+        for reader in readers:
+            for name, text in reader.documents():
+                if has_text(text):
+                    yield name, text
+
+    def iter_documents(self, split: str) -> Iterator[tuple[str, str]]:
+        if split not in SPLITS:
+            raise ValueError(f"{self.name}: unknown split {split!r}; splits: {list(SPLITS)}")
+        if self._single is not None:
+            yield from self._single.iter_documents(split)
+        elif self._splits is not None:
+            yield from self._read(self._splits[split])
+        else:
+            validation = split == "validation"
+            for name, text in self._read(self._readers):
+                if (_name_digest(name) in self._held) == validation:
+                    yield name, text
+
+    def n_documents(self, split: str) -> int:
+        return self._counts[split][0]
+
+    def text_bytes(self, split: str) -> int:
+        return self._counts[split][1]
+
+    @property
+    def documents(self) -> dict[str, list[tuple[str, str]]]:
+        """Every document in memory, per split: for small corpora and inspection only."""
+        return {split: list(self.iter_documents(split)) for split in SPLITS}
 
 
 # --- shakespeare ---------------------------------------------------------------------------------
@@ -189,50 +309,9 @@ def load_pystdlib() -> Corpus:
 # --- local files ---------------------------------------------------------------------------------
 
 
-def _jsonl_documents(path: Path, label: str, errors: str, field: str = "text") -> list[tuple[str, str]]:
-    docs = []
-    for lineno, line in enumerate(decode_utf8(path.read_bytes(), str(path), errors).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get(field), str):
-            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-            raise ValueError(f"{path}:{lineno}: expected an object with a string field {field!r}, got {keys}")
-        docs.append((f"{label}:{lineno}", record[field]))
-    return docs
-
-
-def _parquet_documents(path: Path, label: str, field: str = "text") -> list[tuple[str, str]]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ValueError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
-    table = pq.read_table(str(path))
-    if field not in table.column_names:
-        raise ValueError(f"{path}: no column {field!r}; columns: {table.column_names}")
-    values = table.column(field).to_pylist()
-    for i, value in enumerate(values):
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"{path}: column {field!r} must hold strings, row {i} holds {type(value).__name__}"
-                             f" ({value!r:.40}); convert the column to text")
-    return [(f"{label}:{i}", t) for i, t in enumerate(values) if isinstance(t, str)]
-
-
-def _file_documents(path: Path, label: str, errors: str) -> list[tuple[str, str]]:
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return _jsonl_documents(path, label, errors)
-    if suffix == ".parquet":
-        return _parquet_documents(path, label)
-    return [(label, decode_utf8(path.read_bytes(), str(path), errors))]
-
-
-def load_local(path: str | os.PathLike, errors: str = "strict") -> Corpus:
+def load_local(path: str | os.PathLike, errors: str = "strict") -> StreamedCorpus:
     """A ``.txt``/``.jsonl``/``.parquet`` file (jsonl/parquet: one document per ``text`` value) or a
-    folder of them (searched recursively, sorted)."""
+    folder of them (searched recursively, sorted), streamed (:class:`StreamedCorpus`)."""
     if errors not in ERRORS:
         raise ValueError(f"errors must be one of {ERRORS}, got {errors!r}")
     p = Path(path).expanduser()
@@ -247,21 +326,23 @@ def load_local(path: str | os.PathLike, errors: str = "strict") -> Corpus:
         files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in LOCAL_SUFFIXES)
         if not files:
             raise ValueError(f"folder {p} holds no {'/'.join(LOCAL_SUFFIXES)} files")
-        docs = [doc for f in files for doc in _file_documents(f, f.relative_to(p).as_posix(), errors)]
+        readers = [file_reader(f, f.relative_to(p).as_posix(), errors) for f in files]
     elif p.suffix.lower() in LOCAL_SUFFIXES:
-        docs = _file_documents(p, p.name, errors)
+        readers = [file_reader(p, p.name, errors)]
     else:
         raise ValueError(f"unsupported data file {p.name!r}; use {', '.join(LOCAL_SUFFIXES)} files or a folder of them")
-    return Corpus(name=str(p), documents=split_documents(docs, str(p)))
+    return StreamedCorpus(str(p), readers)
 
 
 # --- Hugging Face datasets -----------------------------------------------------------------------
 
 
-def load_hf(name: str, field: str = "text") -> Corpus:
+def load_hf(name: str, field: str = "text") -> StreamedCorpus:
     """``hf:<dataset>[:<config>]`` through the ``datasets`` library (needs a reachable hub or its cache).
 
-    Uses the dataset's ``validation`` split when it has one, else a by-document split of ``train``.
+    The dataset is loaded as ``datasets`` keeps it, Arrow files memory-mapped from its cache, and read
+    a batch of rows at a time (never a whole column in memory). Uses the dataset's ``validation``
+    split when it has one, else a by-document split of ``train``.
     """
     try:
         import datasets
@@ -272,23 +353,16 @@ def load_hf(name: str, field: str = "text") -> Corpus:
         loaded = datasets.load_dataset(dataset, config or None)
     except Exception as exc:  # network, auth, unknown name: datasets raises many types
         raise ValueError(f"cannot load hf:{name}: {exc}") from exc
-
-    def docs_of(split: str) -> list[tuple[str, str]]:
-        rows = loaded[split]
-        if field not in rows.column_names:
-            raise ValueError(f"hf:{name} split {split!r} has no column {field!r}; columns: {rows.column_names}")
-        return [(f"{split}:{i}", t) for i, t in enumerate(rows[field]) if isinstance(t, str) and t.strip()]
-
     if "train" not in loaded:
         raise ValueError(f"hf:{name} has no 'train' split; splits: {list(loaded)}")
+    origin = f"hf:{name}"
+
+    def reader(split: str) -> DatasetSplit:
+        return DatasetSplit(loaded[split], split, origin, field)
+
     if "validation" in loaded:
-        documents = {"train": docs_of("train"), "validation": docs_of("validation")}
-        for split, docs in documents.items():
-            if not docs:
-                raise ValueError(f"hf:{name}: split {split!r} has no text")
-    else:
-        documents = split_documents(docs_of("train"), f"hf:{name}")
-    return Corpus(name=f"hf:{name}", documents=documents)
+        return StreamedCorpus(origin, splits={"train": [reader("train")], "validation": [reader("validation")]})
+    return StreamedCorpus(origin, [reader("train")])
 
 
 def load_corpus(spec: str, *, cache_dir: Path | None = None, errors: str = "strict") -> Corpus:

@@ -2,18 +2,29 @@
 
 Every document becomes ``<bos> ids <eos>``; the documents of a split are concatenated into one
 stream stored as ``uint16`` (``uint32`` for vocabularies over 65,536) in
-``<cache>/tokens/<corpus-hash>-<tokenizer-hash>/<split>.bin`` with a ``meta.json`` beside it,
-written under a temporary name and renamed, so a second run (or a second rank) maps the finished
-arrays at once and a crash never leaves a half-written cache behind.
+``<cache>/tokens/<corpus-hash>-<tokenizer-hash>/<split>.bin`` with a ``meta.json`` beside it.
+
+Tokenising streams the corpus (:meth:`~slmlab.data.corpora.Corpus.iter_documents`) in batches of
+about :data:`BATCH_BYTES` of text through the ``tokenizers`` library's parallel ``encode_batch``,
+so memory stays bounded whatever the corpus size. The work is cut into shards of about
+:data:`SHARD_BYTES` of text, written under ``<cache>/tokens/.partial-<key>/``: a shard's ``.bin`` is
+written under a temporary name and renamed, then its ``.json`` records its token, byte and document
+counts, so a killed run resumes at the first shard without a ``.json`` (a finished shard is never
+redone, a half-written one never read). When every shard is done they are joined into the split
+files in a temporary folder, renamed to the final one: a second run (or a second rank) maps the
+finished arrays at once, and a crash never leaves a half-written cache behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +36,9 @@ from .paths import resolve_cache_dir
 from .tokenizers import byte_tokenizer, tokenizer_fingerprint
 
 CACHE_VERSION = 1
-_DOCS_PER_CALL = 64
+BATCH_BYTES = 1 << 22  # text per encode_batch call (4 MiB): enough documents for every core, bounded memory
+SHARD_BYTES = 1 << 26  # text per resumable shard (64 MiB)
+PROGRESS_MIN_BYTES = 1 << 23  # show a progress bar from 8 MiB of text
 
 
 @dataclass
@@ -51,44 +64,184 @@ def _token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def encode_documents(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> Iterator[np.ndarray]:
+def encode_documents(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str],
+                     batch_bytes: int = BATCH_BYTES) -> Iterator[np.ndarray]:
     """Yield int64 arrays ``<bos> ids <eos>`` per document, batched through the Rust tokenizer.
 
-    The byte-level tokenizer (id == byte) takes a shortcut through ``str.encode`` with identical ids.
+    ``texts`` is consumed lazily, ``batch_bytes`` of text (or one document, if larger) per
+    ``encode_batch`` call. The byte-level tokenizer (id == byte) takes a shortcut through
+    ``str.encode`` with identical ids.
     """
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     if bos is None or eos is None:
         raise ValueError("the tokenizer must define bos_token and eos_token (use slmlab.data.get_tokenizer)")
     is_bytes = tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(byte_tokenizer())
-    for start in range(0, len(texts), _DOCS_PER_CALL):
-        chunk = texts[start : start + _DOCS_PER_CALL]
+    backend = tokenizer.backend_tokenizer
+    for chunk in _text_batches(texts, batch_bytes):
         if is_bytes:
             encoded = [np.frombuffer(t.encode("utf-8", "replace"), dtype=np.uint8) for t in chunk]
         else:
-            encoded = [np.asarray(e.ids) for e in tokenizer.backend_tokenizer.encode_batch(chunk, add_special_tokens=False)]
+            encoded = [np.asarray(e.ids) for e in backend.encode_batch(chunk, add_special_tokens=False)]
         for ids in encoded:
             out = np.empty(len(ids) + 2, dtype=np.int64)
             out[0], out[1:-1], out[-1] = bos, ids, eos
             yield out
 
 
-def _write_split(path: Path, tokenizer: PreTrainedTokenizerFast, docs: list[tuple[str, str]], dtype: np.dtype) -> dict:
-    n_tokens = n_bytes = 0
-    with open(path, "wb") as f:
-        for ids in encode_documents(tokenizer, [t for _, t in docs]):
+def _text_batches(texts: Iterable[str], batch_bytes: int) -> Iterator[list[str]]:
+    chunk, size = [], 0
+    for text in texts:
+        chunk.append(text)
+        size += len(text)
+        if size >= batch_bytes:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+class _Progress:
+    """A tqdm bar over bytes of text, with tokens per second beside it (silent for small corpora)."""
+
+    def __init__(self, total_bytes: int, desc: str, enabled: bool) -> None:
+        self.bar = None
+        self.tokens, self.t0 = 0, time.perf_counter()
+        if enabled and total_bytes >= PROGRESS_MIN_BYTES:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total_bytes, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
+                            dynamic_ncols=True, mininterval=1.0)
+
+    def update(self, n_bytes: int, n_tokens: int) -> None:
+        self.tokens += n_tokens
+        if self.bar is not None:
+            self.bar.update(n_bytes)
+            rate = self.tokens / max(1e-9, time.perf_counter() - self.t0)
+            self.bar.set_postfix_str(f"{self.tokens:,} tokens, {rate:,.0f} tok/s", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _shard_documents(docs: Iterator[tuple[str, str]], shard_bytes: int) -> Iterator[list[tuple[str, str]]]:
+    """The split's documents in consecutive groups of about ``shard_bytes`` of text (a group closes
+    after the document that reaches it): the same groups on every run, so shards can be resumed."""
+    group, size = [], 0
+    for doc in docs:
+        group.append(doc)
+        size += len(doc[1])
+        if size >= shard_bytes:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def _write_shard(path: Path, tokenizer: PreTrainedTokenizerFast, docs: list[tuple[str, str]], dtype: np.dtype,
+                 progress: _Progress) -> dict:
+    n_tokens = 0
+    tmp = path.with_suffix(".bin.tmp")
+    with open(tmp, "wb") as f:
+        for (_, text), ids in zip(docs, encode_documents(tokenizer, (t for _, t in docs))):
             f.write(ids.astype(dtype).tobytes())
             n_tokens += len(ids)
+            progress.update(len(text.encode("utf-8", "replace")), len(ids))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
     n_bytes = sum(len(t.encode("utf-8", "replace")) for _, t in docs)
-    return {"n_tokens": n_tokens, "n_bytes": n_bytes, "n_docs": len(docs)}
+    info = {"n_tokens": n_tokens, "n_bytes": n_bytes, "n_docs": len(docs)}
+    _write_json(path.with_suffix(".json"), info)
+    return info
 
 
-def token_cache(corpus: Corpus, tokenizer: PreTrainedTokenizerFast, cache_dir: Path | None = None) -> dict[str, TokenStream]:
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def _finished_shard(path: Path, itemsize: int) -> dict | None:
+    """A shard's counts if it was finished (its ``.json`` exists and its ``.bin`` has that many tokens)."""
+    info_path = path.with_suffix(".json")
+    if not info_path.is_file() or not path.is_file():
+        return None
+    info = json.loads(info_path.read_text())
+    return info if path.stat().st_size == info["n_tokens"] * itemsize else None
+
+
+def _tokenise_split(partial: Path, split: str, corpus: Corpus, tokenizer: PreTrainedTokenizerFast, dtype: np.dtype,
+                    shard_bytes: int, progress: _Progress) -> list[tuple[Path, dict]]:
+    shards = []
+    for i, docs in enumerate(_shard_documents(corpus.iter_documents(split), shard_bytes)):
+        path = partial / f"{split}-{i:05d}.bin"
+        info = _finished_shard(path, dtype.itemsize)
+        if info is None or info["n_docs"] != len(docs):
+            info = _write_shard(path, tokenizer, docs, dtype, progress)
+        else:
+            progress.update(info["n_bytes"], info["n_tokens"])
+        shards.append((path, info))
+    return shards
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path):
+    """An exclusive lock on ``path`` (one process builds a cache; the others wait, then map it)."""
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _build(folder: Path, corpus: Corpus, tokenizer: PreTrainedTokenizerFast, dtype: np.dtype, shard_bytes: int,
+           progress: bool) -> None:
+    root = folder.parent
+    partial = root / f".partial-{folder.name}"
+    partial.mkdir(parents=True, exist_ok=True)
+    for stale in partial.glob("*.tmp"):  # a shard being written when a run was killed
+        stale.unlink()
+    total = sum(corpus.text_bytes(split) for split in SPLITS)
+    bar = _Progress(total, f"tokenising {corpus.name}", progress)
+    try:
+        shards = {split: _tokenise_split(partial, split, corpus, tokenizer, dtype, shard_bytes, bar) for split in SPLITS}
+    finally:
+        bar.close()
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    try:
+        meta = {"corpus": corpus.name, "dtype": dtype.name, "vocab_size": len(tokenizer), "splits": {}}
+        for split in SPLITS:
+            with open(tmp / f"{split}.bin", "wb") as out:
+                for path, _ in shards[split]:
+                    with open(path, "rb") as f:
+                        shutil.copyfileobj(f, out, 1 << 24)
+            meta["splits"][split] = {key: sum(info[key] for _, info in shards[split])
+                                     for key in ("n_tokens", "n_bytes", "n_docs")}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "meta.json").is_file():  # not a lost race with another process: a real error
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(partial, ignore_errors=True)
+
+
+def token_cache(corpus: Corpus, tokenizer: PreTrainedTokenizerFast, cache_dir: Path | None = None, *,
+                shard_bytes: int = SHARD_BYTES, progress: bool = True) -> dict[str, TokenStream]:
     """Memory-mapped token streams of every split of ``corpus``, tokenising only on a cache miss.
 
     Args:
-        corpus: the documents.
+        corpus: the documents (streamed: a corpus larger than memory works).
         tokenizer: decides the ids; its fingerprint is part of the cache key.
         cache_dir: cache root (default ``$SLMLAB_CACHE`` or ``~/.cache/slmlab``).
+        shard_bytes: text per resumable shard (the shards never change the tokens, only how much a
+            killed run redoes).
+        progress: a progress bar (bytes, tokens per second, ETA) on stderr for corpora of 8 MiB or more.
     Returns:
         ``{"train": TokenStream, "validation": TokenStream}``.
     """
@@ -98,20 +251,9 @@ def token_cache(corpus: Corpus, tokenizer: PreTrainedTokenizerFast, cache_dir: P
     dtype = _token_dtype(len(tokenizer))
     if not (folder / "meta.json").is_file():
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-        try:
-            meta = {"corpus": corpus.name, "dtype": dtype.name, "vocab_size": len(tokenizer), "splits": {}}
-            for split in SPLITS:
-                meta["splits"][split] = _write_split(tmp / f"{split}.bin", tokenizer, corpus.documents[split], dtype)
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-            try:
-                os.replace(tmp, folder)
-            except OSError:
-                if not (folder / "meta.json").is_file():  # not a lost race with another rank: a real error
-                    raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+        with _build_lock(root / f".lock-{key}"):
+            if not (folder / "meta.json").is_file():  # another process may have built it while we waited
+                _build(folder, corpus, tokenizer, dtype, int(shard_bytes), progress)
     meta = json.loads((folder / "meta.json").read_text())
     streams = {}
     for split in SPLITS:

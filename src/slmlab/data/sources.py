@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import itertools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
 
@@ -18,12 +18,13 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from .corpora import BUILTIN_CORPORA, ERRORS, Corpus, load_corpus
+from .corpora import BUILTIN_CORPORA, ERRORS, Corpus, CorpusTexts, load_corpus
 from .packing import TokenStream, gather_blocks, token_cache
 from .sampler import EpochSampler, check_shard
 from .tasks import IGNORE_INDEX, SPLIT_IDS, Task, parse_task_spec, to_hf_labels
 
 LEAKAGE_WARN_FRACTION = 0.001
+EVAL_SAMPLE_SEED = 0  # the fixed sample of a large validation split (eval_batches(sample=...))
 TRAIN_ON = ("scored", "all")
 
 
@@ -43,9 +44,9 @@ class DataSource(abc.ABC):
     seq_len: int
     splits: tuple[str, ...]
 
-    def train_texts(self) -> Iterator[str]:
-        """Training documents (for BPE training); empty for synthetic tasks."""
-        return iter(())
+    def train_texts(self) -> Iterable[str]:
+        """Training documents (for BPE training), re-iterable; empty for synthetic tasks."""
+        return ()
 
     def bytes_per_token(self, split: str) -> float | None:
         """UTF-8 bytes per token of ``split`` (for bits per byte); None for synthetic tasks."""
@@ -78,7 +79,7 @@ class DataSource(abc.ABC):
             yield self._rows(split, epochs, rows, sampler, shuffled=True)
 
     def eval_batches(
-        self, split: str, batch_size: int, max_batches: int | None = None
+        self, split: str, batch_size: int, max_batches: int | None = None, sample: int | None = None
     ) -> Iterator[dict[str, torch.Tensor]]:
         """A finite, deterministic pass over ``split`` in order (the last batch may be smaller).
 
@@ -86,16 +87,29 @@ class DataSource(abc.ABC):
             split: ``"validation"`` (synthetic tasks also ``"test"``; any split the source has).
             batch_size: rows per batch.
             max_batches: stop after this many batches (None = the whole split).
+            sample: read only this many rows, drawn without replacement with seed
+                :data:`EVAL_SAMPLE_SEED` and visited in order: a fixed subset spread over the whole
+                split (None, or at least the split's size = every row).
         """
         check_shard(batch_size, 0, 1)
         if max_batches is not None and int(max_batches) < 0:
             raise ValueError(f"max_batches must be >= 0 or None, got {max_batches!r}")
+        if sample is not None and int(sample) < 1:
+            raise ValueError(f"sample must be >= 1 or None, got {sample!r}")
         self._check_split(split)
         n = self._num_rows(split, shuffled=False)
-        limit = n if max_batches is None else min(n, int(max_batches) * batch_size)
+        order = np.arange(n, dtype=np.int64)
+        if sample is not None and int(sample) < n:
+            order = np.sort(np.random.default_rng(EVAL_SAMPLE_SEED).choice(n, int(sample), replace=False))
+        limit = len(order) if max_batches is None else min(len(order), int(max_batches) * batch_size)
         for start in range(0, limit, batch_size):
-            rows = np.arange(start, min(start + batch_size, limit), dtype=np.int64)
+            rows = order[start : min(start + batch_size, limit)]
             yield self._rows(split, np.zeros_like(rows), rows, None, shuffled=False)
+
+    def n_eval_rows(self, split: str) -> int:
+        """Rows of one in-order pass over ``split`` (what :meth:`eval_batches` reads without a limit)."""
+        self._check_split(split)
+        return self._num_rows(split, shuffled=False)
 
     def _check_split(self, split: str) -> None:
         if split not in self.splits:
@@ -137,8 +151,9 @@ class TextSource(DataSource):
     def min_vocab_size(self) -> int:
         return len(self._require_tokenizer())
 
-    def train_texts(self) -> Iterator[str]:
-        return (text for _, text in self.corpus.documents["train"])
+    def train_texts(self) -> CorpusTexts:
+        """The training documents, streamed again on each iteration (never held in memory)."""
+        return CorpusTexts(self.corpus, "train")
 
     def bytes_per_token(self, split: str) -> float | None:
         self._check_split(split)

@@ -43,11 +43,15 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return _wrap(tok)
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+def train_bpe(texts: Iterable[str], vocab_size: int = 2048, length: int | None = None) -> PreTrainedTokenizerFast:
     """Train a ByteLevel BPE tokenizer (Sennrich et al. 2016, arXiv:1508.07909, on GPT-2's byte alphabet).
 
+    The trainer reads ``texts`` as a stream (``train_from_iterator``): memory is the trainer's word
+    counts, not the corpus.
+
     Args:
-        texts: training documents.
+        texts: training documents (any iterable, consumed once).
+        length: the number of documents, if known (the trainer's progress hint).
         vocab_size: final vocabulary size including the three specials; must leave room for the
             256-symbol byte alphabet (>= 259). A small corpus may stop merging earlier.
     """
@@ -62,7 +66,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedTokeniz
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(texts, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer, length=length)
     return _wrap(tok)
 
 
@@ -120,13 +124,17 @@ def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
     return _ensure_specials(tok, str(p))
 
 
-def _texts_digest(texts: list[str]) -> str:
-    h = hashlib.sha256()
+def _texts_digest(texts: Iterable[str]) -> tuple[str, int]:
+    """``(digest, count)`` of the non-empty texts, streamed."""
+    h, count = hashlib.sha256(), 0
     for t in texts:
+        if not t:
+            continue
         data = t.encode("utf-8", "surrogatepass")
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
-    return h.hexdigest()[:16]
+        count += 1
+    return h.hexdigest()[:16], count
 
 
 def get_tokenizer(
@@ -141,7 +149,9 @@ def get_tokenizer(
     Args:
         spec: ``"byte"`` (byte-level, no training), ``"bpe"`` (ByteLevel BPE trained on ``texts``), or a
             path to a ``tokenizer.json`` / a saved tokenizer folder.
-        texts: training documents for ``"bpe"`` (e.g. ``DataSource.train_texts()``).
+        texts: training documents for ``"bpe"`` (e.g. ``DataSource.train_texts()``). A re-iterable (a
+            list, or :class:`~slmlab.data.corpora.CorpusTexts`) is streamed twice, to key the cache and
+            to train, and never held in memory; a one-shot iterator is read into a list first.
         vocab_size: BPE vocabulary size including the specials.
         cache_dir: where a trained BPE tokenizer is kept (``<cache>/tokenizers/bpe-<vocab>-<hash>/``),
             keyed by the training texts, so a second run loads it instead of retraining. Default:
@@ -157,13 +167,15 @@ def get_tokenizer(
     if spec == "bpe":
         if texts is None:
             raise ValueError("tokenizer 'bpe' needs training texts (texts=...), e.g. DataSource.train_texts()")
-        texts = [t for t in texts if t]
-        if not texts:
+        if iter(texts) is texts:  # a one-shot iterator: it must be read twice
+            texts = list(texts)
+        digest, count = _texts_digest(texts)
+        if not count:
             raise ValueError("tokenizer 'bpe' got no (non-empty) training texts")
-        folder = resolve_cache_dir(cache_dir) / "tokenizers" / f"bpe-{int(vocab_size)}-{_texts_digest(texts)}"
+        folder = resolve_cache_dir(cache_dir) / "tokenizers" / f"bpe-{int(vocab_size)}-{digest}"
         if (folder / "tokenizer.json").is_file():
             return load_tokenizer(folder)
-        tok = train_bpe(texts, vocab_size)
+        tok = train_bpe((t for t in texts if t), vocab_size, length=count)
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
         tok.save_pretrained(str(tmp))

@@ -152,21 +152,28 @@ def evaluate_source(
     device: torch.device | str = "cpu",
     autocast=None,
     progress: Callable[[int, int, float], None] | None = None,
+    sample: int | None = None,
 ) -> dict:
     """:func:`evaluate_batches` over ``source.eval_batches(split, ...)``, plus ``bits_per_byte`` for
     text corpora (from ``source.bytes_per_token(split)``); ``progress`` as in :func:`evaluate_batches`
-    (:func:`count_eval_batches` is its total)."""
-    result = evaluate_batches(
-        model, source.eval_batches(split, batch_size, max_batches), forward_inputs, device, autocast,
-        progress=progress,
-    )
+    (:func:`count_eval_batches` is its total); ``sample``: a fixed seeded sample of that many rows
+    (:meth:`~slmlab.data.sources.DataSource.eval_batches`)."""
+    batches = (source.eval_batches(split, batch_size, max_batches) if sample is None
+               else source.eval_batches(split, batch_size, max_batches, sample))  # duck-typed sources: 3 arguments
+    result = evaluate_batches(model, batches, forward_inputs, device, autocast, progress=progress)
     bpb = bits_per_byte(result["loss"], source.bytes_per_token(split))
     if bpb is not None:
         result["bits_per_byte"] = bpb
     return result
 
 
-def count_eval_batches(source, split: str = "validation", batch_size: int = 16, max_batches: int | None = None) -> int:
-    """How many batches ``evaluate_source`` will run (a progress display's total): one pass over
-    ``source.eval_batches`` without the model, which costs little next to the model's pass."""
-    return sum(1 for _ in source.eval_batches(split, batch_size, max_batches))
+def count_eval_batches(source, split: str = "validation", batch_size: int = 16, max_batches: int | None = None,
+                       sample: int | None = None) -> int:
+    """How many batches ``evaluate_source`` will run (a progress display's total): from the source's row
+    count when it has one (:class:`~slmlab.data.sources.DataSource`), else one pass without the model."""
+    if not hasattr(source, "n_eval_rows"):
+        return sum(1 for _ in source.eval_batches(split, batch_size, max_batches))
+    rows = source.n_eval_rows(split)
+    rows = min(rows, int(sample)) if sample is not None else rows
+    batches = -(-rows // batch_size)
+    return batches if max_batches is None else min(batches, int(max_batches))

@@ -115,6 +115,9 @@ class RunConfig:
             less activation memory for more compute; the same gradients.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:1`` ...
         eval_every / eval_batches / eval_batch_size: periodic validation (0 = only at the end).
+        final_eval_tokens: the final validation of a text corpus reads the whole split up to this
+            many tokens; a larger split is measured on a seeded, fixed sample of its sequences holding
+            about this many tokens (the report says which). 0 = always the whole split.
         early_stop_acc: stop once validation accuracy exceeds this (synthetic tasks; 0 = off).
         keep_best: also save the weights with the best validation accuracy so far as
             ``checkpoints/best`` (evaluated at every ``eval_every`` and at the end).
@@ -150,6 +153,7 @@ class RunConfig:
     eval_every: int = 200
     eval_batches: int = 20
     eval_batch_size: int = 0
+    final_eval_tokens: int = 5_000_000
     early_stop_acc: float = 0.0
     keep_best: bool = False
     train_on: str = "scored"
@@ -172,7 +176,8 @@ class RunConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
-        for key in ("eval_every", "eval_batches", "eval_batch_size", "checkpoint_every", "keep_checkpoints", "sample_tokens"):
+        for key in ("eval_every", "eval_batches", "eval_batch_size", "final_eval_tokens", "checkpoint_every",
+                    "keep_checkpoints", "sample_tokens"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{key} must be an integer >= 0, got {value!r}")

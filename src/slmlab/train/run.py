@@ -65,10 +65,8 @@ def fresh_tokenizer(cfg: RunConfig):
     probe = open_source(cfg, byte)
     if probe.is_synthetic:  # task-local ids: the tokenizer only labels them
         return byte
-    texts = list(probe.train_texts())
-    if not texts:
-        raise ValueError(f"data {cfg.data!r} yields no training texts to train a BPE tokenizer on")
-    return get_tokenizer("bpe", texts=texts, vocab_size=cfg.vocab_size, cache_dir=_cache_dir(cfg))
+    # streamed twice (to key the tokenizer cache, then to train), never held in memory
+    return get_tokenizer("bpe", texts=probe.train_texts(), vocab_size=cfg.vocab_size, cache_dir=_cache_dir(cfg))
 
 
 def build_tokenizer(cfg: RunConfig, dist_info: DistInfo, origin: Path | None = None):
@@ -302,20 +300,37 @@ def final_validation(trainer: Trainer) -> tuple[dict, dict]:
                 "scope": f"first {cfg.eval_batches} batches of {bs} sequences" if subset else "whole validation split"}
     text = trainer.evaluator is None and not trainer.source.is_synthetic
     if subset and text and exit_status(st.stop_reason) == 0 and last:
+        sample, scope = final_eval_sample(trainer.source, cfg.final_eval_tokens)
         show = cfg.progress and trainer.dist.is_main  # the pass is as long as `slmlab eval`: show it
-        total = count_eval_batches(trainer.source, "validation", bs) if show else 0
+        total = count_eval_batches(trainer.source, "validation", bs, sample=sample)
         progress = Progress(total, enabled=show, every_steps=max(1, total // 10), desc="final eval", unit="batch",
                             label="final eval batch")
-        progress.write(f"final validation on the whole split: {total} batches of {bs} sequences")
+        progress.write(f"final validation on the {scope}: {total} batches of {bs} sequences")
         try:
             final = evaluate_source(trainer.model, trainer.source, "validation", bs, None, trainer.forward_inputs,
-                                    trainer.device, trainer.autocast, progress=progress.advance)
+                                    trainer.device, trainer.autocast, progress=progress.advance, sample=sample)
         finally:
             progress.close()
         final = {k: v for k, v in final.items() if k != "acc_by_group"}
-        return {**final, "scope": "whole validation split", "step": st.step, "measured_at_end": True}, periodic
+        return {**final, "scope": scope, "step": st.step, "measured_at_end": True}, periodic
     step = _last_eval_step(trainer)
     return {**last, "scope": periodic["scope"], "step": step, "measured_at_end": False}, periodic
+
+
+def final_eval_sample(source, max_tokens: int) -> tuple[int | None, str]:
+    """``(sample, scope)`` of the final validation: the whole split (``sample`` None) when it holds at
+    most ``max_tokens`` tokens (or ``max_tokens`` is 0), else a seeded fixed sample of the sequences
+    holding about ``max_tokens`` tokens (:meth:`~slmlab.data.sources.DataSource.eval_batches`)."""
+    from ..data.sources import EVAL_SAMPLE_SEED
+
+    if not max_tokens or not hasattr(source, "n_eval_rows"):  # 0, or a duck-typed source: no sampling
+        return None, "whole validation split"
+    rows, length = source.n_eval_rows("validation"), source.seq_len
+    if rows * length <= max_tokens:
+        return None, "whole validation split"
+    sample = max(1, max_tokens // length)
+    return sample, (f"validation sample: {sample:,} of {rows:,} sequences ({sample * length:,} of {rows * length:,}"
+                    f" tokens, seed {EVAL_SAMPLE_SEED}; final_eval_tokens={max_tokens:,})")
 
 
 def _last_eval_step(trainer: Trainer) -> int | None:
