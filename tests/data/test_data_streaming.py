@@ -153,15 +153,15 @@ def test_a_killed_tokenisation_resumes_to_a_byte_identical_cache(tmp_path, monke
     done = sorted(p.name for p in partial.glob("*.json"))
     assert done and list(partial.glob("*.bin.tmp"))  # killed mid-shard, after some shards finished
     redone = []
-    real = packing_module._write_shard
+    real = packing_module._SplitShards._encode
 
-    def counting(path, *args):
-        redone.append(path.name)
-        return real(path, *args)
+    def counting(self):
+        redone.append(self.path.name)
+        return real(self)
 
-    monkeypatch.setattr(packing_module, "_write_shard", counting)
+    monkeypatch.setattr(packing_module._SplitShards, "_encode", counting)
     resumed = token_cache(load_corpus(str(root)), get_tokenizer("byte"), killed, shard_bytes=400)
-    assert not {name.replace(".json", ".bin") for name in done} & set(redone)  # finished shards are kept
+    assert redone and not {name.replace(".json", ".bin") for name in done} & set(redone)  # finished shards kept
     for split in ("train", "validation"):
         assert resumed[split].tokens.tobytes() == clean[split].tokens.tobytes()
         assert (resumed[split].n_bytes, resumed[split].n_docs) == (clean[split].n_bytes, clean[split].n_docs)
@@ -188,3 +188,17 @@ def test_bpe_trains_from_a_stream_without_a_list(tmp_path, monkeypatch):
     streamed = get_tokenizer("bpe", texts=texts, vocab_size=300, cache_dir=tmp_path / "a")
     listed = get_tokenizer("bpe", texts=list(texts), vocab_size=300, cache_dir=tmp_path / "b")
     assert seen == [len(texts), len(texts)] and streamed.get_vocab() == listed.get_vocab()
+
+
+def test_the_scale_benchmark_runs_at_toy_size(tmp_path):
+    """benchmarks/bench_data_scale.py at 0.3 MB: both children run and tokenise the same text."""
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_data_scale.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run([sys.executable, str(bench), "--sizes", "0.3", "--out", str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads((tmp_path / "results.json").read_text())
+    assert row["same_tokens"] and row["documents"] > 20 and row["peak_rss_MB"] > 0 and row["ratio"] > 0
+    assert "| text | documents |" in run.stdout

@@ -71,6 +71,13 @@ class Corpus:
         """The documents of ``split`` in order, one at a time."""
         return iter(self.documents[split])
 
+    def iter_all(self) -> Iterator[tuple[str, str, str]]:
+        """Every document once, as ``(split, name, text)``, in one pass (each split's documents in
+        :meth:`iter_documents` order)."""
+        for split in SPLITS:
+            for name, text in self.iter_documents(split):
+                yield split, name, text
+
     def n_documents(self, split: str) -> int:
         return len(self.documents[split])
 
@@ -210,6 +217,34 @@ class StreamedCorpus(Corpus):
             for name, text in self._read(self._readers):
                 if (_name_digest(name) in self._held) == validation:
                     yield name, text
+
+    def iter_all(self) -> Iterator[tuple[str, str, str]]:
+        if self._single is not None or self._splits is not None:
+            yield from super().iter_all()
+            return
+        for name, text in self._read(self._readers):  # one read of the files for both splits
+            yield ("validation" if _name_digest(name) in self._held else "train"), name, text
+
+    def fingerprint(self) -> str:
+        """:meth:`Corpus.fingerprint` in one read of the files: the training documents are hashed as
+        they come, the validation ones spilled to a temporary file and hashed after them."""
+        if self._single is not None or self._splits is not None or getattr(self, "_fingerprint", None):
+            return super().fingerprint()
+        h = hashlib.sha256()
+        h.update(b"train")
+        with tempfile.TemporaryFile() as spill:
+            for split, name, text in self.iter_all():
+                write = h.update if split == "train" else spill.write
+                for part in (name, text):
+                    data = part.encode("utf-8", "surrogatepass")
+                    write(len(data).to_bytes(8, "little"))
+                    write(data)
+            h.update(b"validation")
+            spill.seek(0)
+            while chunk := spill.read(1 << 24):
+                h.update(chunk)
+        self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
 
     def n_documents(self, split: str) -> int:
         return self._counts[split][0]

@@ -124,36 +124,68 @@ class _Progress:
             self.bar.close()
 
 
-def _shard_documents(docs: Iterator[tuple[str, str]], shard_bytes: int) -> Iterator[list[tuple[str, str]]]:
-    """The split's documents in consecutive groups of about ``shard_bytes`` of text (a group closes
-    after the document that reaches it): the same groups on every run, so shards can be resumed."""
-    group, size = [], 0
-    for doc in docs:
-        group.append(doc)
-        size += len(doc[1])
-        if size >= shard_bytes:
-            yield group
-            group, size = [], 0
-    if group:
-        yield group
+class _SplitShards:
+    """The shards of one split, fed its documents in order: consecutive groups of about
+    ``shard_bytes`` of text (a group closes after the document that reaches it), so the groups are the
+    same on every run and a finished shard (its ``.json`` written) is skipped, not redone."""
 
+    def __init__(self, partial: Path, split: str, tokenizer: PreTrainedTokenizerFast, dtype: np.dtype,
+                 shard_bytes: int, progress: _Progress) -> None:
+        self.partial, self.split, self.tokenizer, self.dtype = partial, split, tokenizer, dtype
+        self.shard_bytes, self.progress = shard_bytes, progress
+        self.shards: list[tuple[Path, dict]] = []
+        self._open()
 
-def _write_shard(path: Path, tokenizer: PreTrainedTokenizerFast, docs: list[tuple[str, str]], dtype: np.dtype,
-                 progress: _Progress) -> dict:
-    n_tokens = 0
-    tmp = path.with_suffix(".bin.tmp")
-    with open(tmp, "wb") as f:
-        for (_, text), ids in zip(docs, encode_documents(tokenizer, (t for _, t in docs))):
-            f.write(ids.astype(dtype).tobytes())
-            n_tokens += len(ids)
-            progress.update(len(text.encode("utf-8", "replace")), len(ids))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    n_bytes = sum(len(t.encode("utf-8", "replace")) for _, t in docs)
-    info = {"n_tokens": n_tokens, "n_bytes": n_bytes, "n_docs": len(docs)}
-    _write_json(path.with_suffix(".json"), info)
-    return info
+    def _open(self) -> None:
+        self.path = self.partial / f"{self.split}-{len(self.shards):05d}.bin"
+        self.done = _finished_shard(self.path, self.dtype.itemsize)
+        self.n_docs = self.n_chars = self.n_bytes = self.n_tokens = 0
+        self.batch, self.batch_chars, self.file = [], 0, None
+
+    def add(self, text: str) -> None:
+        self.n_docs += 1
+        self.n_chars += len(text)
+        if self.done is None:
+            self.batch.append(text)
+            self.batch_chars += len(text)
+            if self.batch_chars >= BATCH_BYTES:
+                self._encode()
+        if self.n_chars >= self.shard_bytes:
+            self._close()
+            self._open()
+
+    def _encode(self) -> None:
+        if self.file is None:
+            self.file = open(self.path.with_suffix(".bin.tmp"), "wb")
+        for text, ids in zip(self.batch, encode_documents(self.tokenizer, self.batch)):
+            self.file.write(ids.astype(self.dtype).tobytes())
+            n_bytes = len(text.encode("utf-8", "replace"))
+            self.n_tokens, self.n_bytes = self.n_tokens + len(ids), self.n_bytes + n_bytes
+            self.progress.update(n_bytes, len(ids))
+        self.batch, self.batch_chars = [], 0
+
+    def _close(self) -> None:
+        if self.done is not None:
+            if self.done["n_docs"] != self.n_docs:
+                raise ValueError(f"token cache shard {self.path} holds {self.done['n_docs']} documents, the corpus"
+                                 f" gives {self.n_docs}; delete {self.partial} to start its tokenisation again")
+            self.progress.update(self.done["n_bytes"], self.done["n_tokens"])
+            self.shards.append((self.path, self.done))
+            return
+        self._encode()
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.path.with_suffix(".bin.tmp"), self.path)
+        info = {"n_tokens": self.n_tokens, "n_bytes": self.n_bytes, "n_docs": self.n_docs}
+        _write_json(self.path.with_suffix(".json"), info)
+        self.shards.append((self.path, info))
+
+    def finish(self) -> list[tuple[Path, dict]]:
+        """Close the last shard (if it holds any document); the split's shards with their counts."""
+        if self.n_docs:
+            self._close()
+        return self.shards
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -169,20 +201,6 @@ def _finished_shard(path: Path, itemsize: int) -> dict | None:
         return None
     info = json.loads(info_path.read_text())
     return info if path.stat().st_size == info["n_tokens"] * itemsize else None
-
-
-def _tokenise_split(partial: Path, split: str, corpus: Corpus, tokenizer: PreTrainedTokenizerFast, dtype: np.dtype,
-                    shard_bytes: int, progress: _Progress) -> list[tuple[Path, dict]]:
-    shards = []
-    for i, docs in enumerate(_shard_documents(corpus.iter_documents(split), shard_bytes)):
-        path = partial / f"{split}-{i:05d}.bin"
-        info = _finished_shard(path, dtype.itemsize)
-        if info is None or info["n_docs"] != len(docs):
-            info = _write_shard(path, tokenizer, docs, dtype, progress)
-        else:
-            progress.update(info["n_bytes"], info["n_tokens"])
-        shards.append((path, info))
-    return shards
 
 
 @contextlib.contextmanager
@@ -205,8 +223,11 @@ def _build(folder: Path, corpus: Corpus, tokenizer: PreTrainedTokenizerFast, dty
         stale.unlink()
     total = sum(corpus.text_bytes(split) for split in SPLITS)
     bar = _Progress(total, f"tokenising {corpus.name}", progress)
-    try:
-        shards = {split: _tokenise_split(partial, split, corpus, tokenizer, dtype, shard_bytes, bar) for split in SPLITS}
+    try:  # one pass over the corpus feeds both splits' shards
+        writers = {split: _SplitShards(partial, split, tokenizer, dtype, shard_bytes, bar) for split in SPLITS}
+        for split, _, text in corpus.iter_all():
+            writers[split].add(text)
+        shards = {split: writers[split].finish() for split in SPLITS}
     finally:
         bar.close()
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
