@@ -20,7 +20,8 @@ import os
 import sysconfig
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,7 +128,7 @@ def split_documents(docs: list[tuple[str, str]], origin: str) -> dict[str, list[
         raise ValueError(f"{origin}: no text found (every document is empty or whitespace)")
     if len(docs) == 1:
         return split_single_document(*docs[0], origin)
-    held = held_out_digests([_name_digest(n) for n, _ in docs])
+    held = held_out_digests((_name_digest(n) for n, _ in docs), len(docs))
     return {
         "train": [(n, t) for n, t in docs if _name_digest(n) not in held],
         "validation": [(n, t) for n, t in docs if _name_digest(n) in held],
@@ -143,11 +144,14 @@ def split_single_document(name: str, text: str, origin: str) -> dict[str, list[t
     return {"train": [(name, text[:cut])], "validation": [(name + "#validation", text[cut:])]}
 
 
-def held_out_digests(digests: list[bytes]) -> frozenset[bytes]:
-    """The ``max(1, round(10%))`` smallest of the documents' name digests: the validation documents
-    (a heap of that size over one pass, O(n log k))."""
-    n_val = max(1, round(len(digests) * VALIDATION_FRACTION))
-    return frozenset(heapq.nsmallest(n_val, digests))
+def held_out_digests(digests: Iterable[bytes], n: int) -> frozenset[bytes]:
+    """The ``max(1, round(10%))`` smallest of the ``n`` documents' name digests: the validation
+    documents (a heap of that size over one pass, O(n log k))."""
+    return frozenset(heapq.nsmallest(max(1, round(n * VALIDATION_FRACTION)), digests))
+
+
+def _digest_views(digests: bytearray) -> Iterator[bytes]:
+    return (bytes(digests[i : i + 32]) for i in range(0, len(digests), 32))
 
 
 class StreamedCorpus(Corpus):
@@ -184,19 +188,19 @@ class StreamedCorpus(Corpus):
                     raise ValueError(f"{self.name}: split {split!r} has no text")
                 counts[split] = (docs, n_bytes)
             return counts
-        digests, sizes, first = [], [], None
+        digests, sizes, first = bytearray(), array("q"), None  # 40 bytes per document, no Python objects
         for name, text in self._read(self._readers):
-            digests.append(_name_digest(name))
+            digests += _name_digest(name)
             sizes.append(len(text.encode("utf-8", "replace")))
-            first = (name, text) if len(digests) == 1 else None
-        if not digests:
+            first = (name, text) if len(sizes) == 1 else None
+        if not sizes:
             raise ValueError(f"{self.name}: no text found (every document is empty or whitespace)")
         if first is not None:
             self._single = Corpus(self.name, split_single_document(*first, self.name))
             return {s: (1, self._single.text_bytes(s)) for s in SPLITS}
-        self._held = held_out_digests(digests)
-        val = [size for d, size in zip(digests, sizes) if d in self._held]
-        return {"train": (len(digests) - len(val), sum(sizes) - sum(val)), "validation": (len(val), sum(val))}
+        self._held = held_out_digests(_digest_views(digests), len(sizes))
+        val = [size for i, size in enumerate(sizes) if bytes(digests[32 * i : 32 * i + 32]) in self._held]
+        return {"train": (len(sizes) - len(val), sum(sizes) - sum(val)), "validation": (len(val), sum(val))}
 
     @staticmethod
     def _read(readers) -> Iterator[tuple[str, str]]:
