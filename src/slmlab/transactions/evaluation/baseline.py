@@ -258,10 +258,15 @@ def hgb_scores(bank: Bank, rolling: bool, risk: bool = False, extra: pd.DataFram
         X = pd.concat([X, extra.set_axis(X.index)], axis=1)
     t_feat = time.perf_counter() - t0
     tr_rows, y_tr, va_rows, y_va = split(bank)
+    # a feature without any value in the fit rows (distance and speed of an export without coordinates, e.g.
+    # TabFormer) carries nothing, and scikit-learn's binning fails on it: left out, and named in the info
+    empty = [c for c in X.columns if X[c].dtype.kind == "f" and not X[c].iloc[tr_rows].notna().any()]
+    X = X.drop(columns=empty)
     model, n_iter = fit_hgb(X.iloc[tr_rows], y_tr, X.iloc[va_rows], y_va)
     scores = predict_at(model, X, n_iter)
     selection = "validation PR-AUC" if (y_va == 1).any() else "all iterations (no validation positive)"
-    return scores, {"features": list(X.columns), "n_iter": int(n_iter), "n_iter_selection": selection,
+    return scores, {"features": list(X.columns), "empty_features_left_out": empty, "n_iter": int(n_iter),
+                    "n_iter_selection": selection,
                     "feature_seconds": t_feat,
                     "fit_rows": int(len(tr_rows)), "fit_frauds": int((y_tr == 1).sum()),
                     "total_seconds": time.perf_counter() - t0}
