@@ -116,7 +116,7 @@ def test_token_cache_is_reused_and_keyed_by_tokenizer(corpus, tmp_path, monkeypa
     def refuse(*args, **kwargs):
         raise AssertionError("tokenised again despite the cache")
 
-    monkeypatch.setattr(packing_module, "encode_documents", refuse)
+    monkeypatch.setattr(packing_module, "encode_batch", refuse)
     again = get_source(corpus, get_tokenizer("byte"), 16, cache_dir=cache)
     assert np.array_equal(again.streams["train"].tokens, first.streams["train"].tokens)
     monkeypatch.undo()

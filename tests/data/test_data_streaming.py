@@ -109,17 +109,17 @@ def test_twenty_thousand_documents_and_a_hundred_thousand_lines_prepare_in_secon
 
 def test_tokenising_reads_the_corpus_a_batch_at_a_time(tmp_path, monkeypatch):
     calls = []
-    real = packing_module.encode_documents
+    real = packing_module.encode_batch
 
-    def spy(tokenizer, texts, batch_bytes=packing_module.BATCH_BYTES):
-        calls.append(1)
-        return real(tokenizer, texts, batch_bytes=200)
+    def spy(tokenizer, texts):
+        calls.append(sum(len(t) for t in texts))
+        return real(tokenizer, texts)
 
-    monkeypatch.setattr(packing_module, "encode_documents", spy)
+    monkeypatch.setattr(packing_module, "encode_batch", spy)
+    monkeypatch.setattr(packing_module, "BATCH_BYTES", 200)
     root, _ = mixed_folder(tmp_path / "c")
     streams = token_cache(load_corpus(str(root)), get_tokenizer("byte"), tmp_path / "cache", shard_bytes=500)
-    shards = len(calls)
-    assert shards > 4  # several shards per split, each encoded in batches of ~200 characters
+    assert len(calls) > 10 and max(calls) < 200 + 450  # batches of ~200 characters (a document may overshoot)
     meta = json.loads(next((tmp_path / "cache" / "tokens").glob("*/meta.json")).read_text())
     assert meta["splits"]["train"]["n_tokens"] == len(streams["train"].tokens)
     assert not list((tmp_path / "cache" / "tokens").glob(".partial-*"))  # nothing left half-done
@@ -128,14 +128,14 @@ def test_tokenising_reads_the_corpus_a_batch_at_a_time(tmp_path, monkeypatch):
 KILLER = """
 import os, signal, sys
 from slmlab.data import packing, load_corpus, get_tokenizer
-real, calls = packing.encode_documents, [0]
-def killing(tokenizer, texts, batch_bytes=packing.BATCH_BYTES):
-    for ids in real(tokenizer, texts, batch_bytes=64):
-        calls[0] += 1
-        if calls[0] == int(sys.argv[3]):
-            os.kill(os.getpid(), signal.SIGKILL)  # no finally, no cleanup: as a power cut or the OOM killer
-        yield ids
-packing.encode_documents = killing
+real, calls = packing.encode_batch, [0]
+def killing(tokenizer, texts):
+    calls[0] += 1
+    if calls[0] == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)  # no finally, no cleanup: as a power cut or the OOM killer
+    return real(tokenizer, texts)
+packing.encode_batch = killing
+packing.BATCH_BYTES = 64
 packing.token_cache(load_corpus(sys.argv[1]), get_tokenizer("byte"), sys.argv[2], shard_bytes=400)
 """
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -64,28 +65,40 @@ def _token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def encode_documents(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str],
-                     batch_bytes: int = BATCH_BYTES) -> Iterator[np.ndarray]:
-    """Yield int64 arrays ``<bos> ids <eos>`` per document, batched through the Rust tokenizer.
-
-    ``texts`` is consumed lazily, ``batch_bytes`` of text (or one document, if larger) per
-    ``encode_batch`` call. The byte-level tokenizer (id == byte) takes a shortcut through
-    ``str.encode`` with identical ids.
-    """
+def encode_batch(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, lengths)``: the documents ``texts`` framed ``<bos> ids <eos>`` and concatenated (int64), and
+    each one's length, from one parallel ``encode_batch`` call of the Rust tokenizer. The byte-level
+    tokenizer (id == byte) takes a shortcut through ``str.encode`` with identical ids."""
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     if bos is None or eos is None:
         raise ValueError("the tokenizer must define bos_token and eos_token (use slmlab.data.get_tokenizer)")
-    is_bytes = tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(byte_tokenizer())
-    backend = tokenizer.backend_tokenizer
+    if tokenizer_fingerprint(tokenizer) == _byte_fingerprint():
+        pieces = [np.frombuffer(t.encode("utf-8", "replace"), dtype=np.uint8) for t in texts]
+    else:
+        pieces = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
+    lengths = np.fromiter((len(x) + 2 for x in pieces), dtype=np.int64, count=len(pieces))
+    flat = np.empty(int(lengths.sum()), dtype=np.int64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    flat[starts], flat[ends - 1] = bos, eos
+    inner = np.ones(len(flat), dtype=bool)
+    inner[starts], inner[ends - 1] = False, False
+    flat[inner] = np.concatenate([np.asarray(x, dtype=np.int64) for x in pieces]) if pieces else []
+    return flat, lengths
+
+
+def encode_documents(tokenizer: PreTrainedTokenizerFast, texts: Iterable[str],
+                     batch_bytes: int = BATCH_BYTES) -> Iterator[np.ndarray]:
+    """Yield int64 arrays ``<bos> ids <eos>`` per document (:func:`encode_batch` on ``batch_bytes`` of text
+    at a time; ``texts`` is consumed lazily)."""
     for chunk in _text_batches(texts, batch_bytes):
-        if is_bytes:
-            encoded = [np.frombuffer(t.encode("utf-8", "replace"), dtype=np.uint8) for t in chunk]
-        else:
-            encoded = [np.asarray(e.ids) for e in backend.encode_batch(chunk, add_special_tokens=False)]
-        for ids in encoded:
-            out = np.empty(len(ids) + 2, dtype=np.int64)
-            out[0], out[1:-1], out[-1] = bos, ids, eos
-            yield out
+        flat, lengths = encode_batch(tokenizer, chunk)
+        yield from np.split(flat, np.cumsum(lengths)[:-1])
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_fingerprint() -> str:
+    return tokenizer_fingerprint(byte_tokenizer())
 
 
 def _text_batches(texts: Iterable[str], batch_bytes: int) -> Iterator[list[str]]:
@@ -157,11 +170,11 @@ class _SplitShards:
     def _encode(self) -> None:
         if self.file is None:
             self.file = open(self.path.with_suffix(".bin.tmp"), "wb")
-        for text, ids in zip(self.batch, encode_documents(self.tokenizer, self.batch)):
-            self.file.write(ids.astype(self.dtype).tobytes())
-            n_bytes = len(text.encode("utf-8", "replace"))
-            self.n_tokens, self.n_bytes = self.n_tokens + len(ids), self.n_bytes + n_bytes
-            self.progress.update(n_bytes, len(ids))
+        flat, _ = encode_batch(self.tokenizer, self.batch)
+        self.file.write(flat.astype(self.dtype).tobytes())
+        n_bytes = sum(len(t) if t.isascii() else len(t.encode("utf-8", "replace")) for t in self.batch)
+        self.n_tokens, self.n_bytes = self.n_tokens + len(flat), self.n_bytes + n_bytes
+        self.progress.update(n_bytes, len(flat))
         self.batch, self.batch_chars = [], 0
 
     def _close(self) -> None:
