@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cache import KVState
-from .fused import ConcatenatedWeights
+from .fused import ConcatenatedWeights, fusable, project_each
 from .masks import AttentionBias
 from .norm import RMSNorm
 from .rotary import apply_rotary
@@ -165,6 +165,8 @@ class CausalSelfAttention(nn.Module):
 
     def project_qkv(self, x: torch.Tensor) -> torch.Tensor:
         """``[q | k | v]`` from one GEMM over the concatenated projection weights."""
+        if not fusable(self.q_proj, self.k_proj, self.v_proj):  # e.g. LoRA-wrapped: each its own forward
+            return project_each(x, self.q_proj, self.k_proj, self.v_proj)
         w = self._qkv_weight(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
         if self.q_proj.bias is None:
             return F.linear(x, w)

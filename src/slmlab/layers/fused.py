@@ -8,6 +8,9 @@ The concatenation is cached only inside :func:`frozen_weights` (the decode loops
 cannot change during one generation). Outside it, it is rebuilt on every call. A cache keyed on the
 weights' version counters alone would go stale: fused optimisers and ``param.data`` writes update
 weights without bumping them (a fused CPU AdamW left in-training evaluations on old weights).
+
+Only plain ``nn.Linear`` layers are fused (:func:`fusable`): a projection wrapped by something with its
+own forward (a LoRA adapter from ``peft``, a quantized layer) runs through that forward, each on its own.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import itertools
 from collections.abc import Iterator
 
 import torch
+from torch import nn
 
 _EPOCHS = itertools.count(1)
 _FROZEN_EPOCH: contextvars.ContextVar[int | None] = contextvars.ContextVar("slmlab_frozen_weights", default=None)
@@ -67,3 +71,16 @@ class ConcatenatedWeights:
 
     def __getstate__(self) -> dict:
         return {"_key": None, "_value": None}
+
+
+def fusable(*layers: nn.Module) -> bool:
+    """Whether ``layers`` are all plain ``nn.Linear`` (exact type), so their concatenated weights compute
+    what their forwards compute; a wrapper (``peft``'s LoRA layer, a quantized or multiplied linear)
+    must run its own forward instead."""
+    return all(type(layer) is nn.Linear for layer in layers)
+
+
+def project_each(x: torch.Tensor, *layers: nn.Module) -> torch.Tensor:
+    """``[layer_1(x) | layer_2(x) | ...]`` along the last dimension, each through its own forward (the
+    unfused path of :func:`fusable`)."""
+    return torch.cat([layer(x) for layer in layers], dim=-1)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .fused import ConcatenatedWeights
+from .fused import ConcatenatedWeights, fusable, project_each
 
 
 class SwiGLU(nn.Module):
@@ -31,6 +31,9 @@ class SwiGLU(nn.Module):
         self._gate_up = ConcatenatedWeights()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not fusable(self.gate_proj, self.up_proj):  # e.g. LoRA-wrapped: each its own forward
+            gate, up = project_each(x, self.gate_proj, self.up_proj).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         w = self._gate_up(self.gate_proj.weight, self.up_proj.weight)
         b = None if self.gate_proj.bias is None else torch.cat((self.gate_proj.bias, self.up_proj.bias))
         gate, up = F.linear(x, w, b).chunk(2, dim=-1)

@@ -34,6 +34,7 @@ from ...layers import (
     RotaryEmbedding,
     attend_projected,
 )
+from ...layers.fused import fusable, project_each
 from ...layers.masks import causal_bias, has_padding
 from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel
 from .configuration_lfm2 import Lfm2SmallConfig
@@ -118,7 +119,10 @@ class Lfm2Attention(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: AttentionBias, state: KVState | None = None
     ) -> torch.Tensor:
-        qkv = F.linear(x, self._qkv_weight(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
+        if fusable(self.q_proj, self.k_proj, self.v_proj):
+            qkv = F.linear(x, self._qkv_weight(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
+        else:  # e.g. LoRA-wrapped projections: each its own forward
+            qkv = project_each(x, self.q_proj, self.k_proj, self.v_proj)
         heads = (self.num_heads, self.num_kv_heads, self.head_dim)
         return self.out_proj(attend_projected(qkv, heads, self.q_layernorm, self.k_layernorm, cos, sin, bias, state))
 
@@ -142,7 +146,10 @@ class Lfm2MLP(nn.Module):
         self._w13 = ConcatenatedWeights()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self._w13(self.w1.weight, self.w3.weight)).chunk(2, dim=-1)
+        if fusable(self.w1, self.w3):
+            gate, up = F.linear(x, self._w13(self.w1.weight, self.w3.weight)).chunk(2, dim=-1)
+        else:  # e.g. LoRA-wrapped projections: each its own forward
+            gate, up = project_each(x, self.w1, self.w3).chunk(2, dim=-1)
         return self.w2(F.silu(gate) * up)
 
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .....layers.fused import fusable
 from .rotation import FrequencyTable, cos_sin, rope_frequencies, rotate_channels
 
 
@@ -77,7 +78,10 @@ class RepoCoordinates(nn.Module):
     def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(r, z)``: the REPO features (read by the GOAT key-bias channel) and the coordinates."""
         xf = x.float()
-        r = F.silu(F.linear(xf, self.w_g.weight.float())) * F.linear(xf, self.w_c.weight.float())
+        if fusable(self.w_g, self.w_c):
+            r = F.silu(F.linear(xf, self.w_g.weight.float())) * F.linear(xf, self.w_c.weight.float())
+        else:  # e.g. LoRA-wrapped: each its own forward (fp32 when the model is)
+            r = F.silu(self.w_g(xf)) * self.w_c(xf)
         return r, self.coordinates(r)
 
     def coordinates(self, r: torch.Tensor) -> torch.Tensor:
