@@ -33,6 +33,8 @@ class Family:
         scaling: the budget-fitting rule (:class:`slmlab.models.budget.ScalingRule`), or None.
         export: how the family leaves slmlab (:class:`slmlab.models.export_info.ExportInfo`, the
             ``EXPORT`` of its ``convert.py``); None: remote code only (:func:`get_export_info`).
+        lora_targets: the module names (last name component) ``slmlab finetune --lora`` adapts by default,
+            the ``LORA_TARGETS`` of the family's ``lora.py``; only plain ``nn.Linear`` layers are adapted.
     The names of family-specific forward inputs the harness may supply (PGSM's
     ``retrieval_positions``) are the base model's ``family_inputs``: :attr:`extra_forward_inputs`.
     """
@@ -45,6 +47,7 @@ class Family:
     description: str = ""
     scaling: object | None = None
     export: ExportInfo | None = None
+    lora_targets: tuple[str, ...] = ()
 
     def fit_budget(self, non_embedding_budget: int, **base) -> dict:
         """Config overrides giving about ``non_embedding_budget`` non-embedding parameters (±10%),

@@ -238,7 +238,7 @@ def build_app(served: ServedModel, worker: Worker, api_key: str | None = None,
 
     def prompt_ids(req: GenerationRequest) -> tuple[list[int], list[str]]:
         if req.kind == "chat":
-            text, stops = render_chat(req.messages), chat_stops(req.stop)
+            text, stops = render_chat(req.messages, served.tokenizer), chat_stops(req.stop)
         else:
             text, stops = req.prompt, list(req.stop)
         where = "prompt" if req.kind == "completion" else "messages"

@@ -1,8 +1,10 @@
-"""The plain chat template for base models.
+"""How ``/v1/chat/completions`` turns messages into a prompt: the tokenizer's chat template.
 
-slmlab's models are base language models with no chat format of their own, so
-``/v1/chat/completions`` renders the conversation as role-prefixed turns, one per line block, and
-asks the model to continue after ``Assistant:``::
+The conversation is rendered with the served tokenizer's ``chat_template`` (transformers'
+``apply_chat_template``; :mod:`slmlab.data.chat`), the same template ``slmlab finetune`` trained on
+and ``slmlab chat`` uses. A tokenizer without one (a base model) gets slmlab's plain template, which
+renders the conversation as role-prefixed turns, one per line block, and asks the model to continue
+after ``Assistant:``::
 
     System: You are terse.
     User: Hello!
@@ -19,15 +21,15 @@ a base model trained on plain text simply continues the transcript.
 
 from __future__ import annotations
 
-ROLE_NAMES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
-ASSISTANT_PREFIX = "Assistant:"
 TURN_STOP = "\nUser:"
 
 
-def render_chat(messages: list[dict]) -> str:
-    """``[{"role", "content"}]`` -> the prompt text: every turn as ``Role: content\\n``, then ``Assistant:``."""
-    lines = [f"{ROLE_NAMES[m['role']]}: {m['content']}\n" for m in messages]
-    return "".join(lines) + ASSISTANT_PREFIX
+def render_chat(messages: list[dict], tokenizer=None) -> str:
+    """``[{"role", "content"}]`` -> the prompt text through ``tokenizer``'s chat template (the plain one
+    when it has none, or without a tokenizer: every turn as ``Role: content\\n``, then ``Assistant:``)."""
+    from ..data.chat import render_chat_text, render_plain
+
+    return render_plain(messages) if tokenizer is None else render_chat_text(tokenizer, messages)
 
 
 def chat_stops(stop: list[str]) -> list[str]:

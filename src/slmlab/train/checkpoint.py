@@ -284,7 +284,8 @@ def check_checkpoint(ckpt: Path, need_trainer: bool = True) -> None:
     for name in needed:
         if not (ckpt / name).is_file():
             raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name} is missing")
-    if not any((ckpt / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+    weights = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")  # or a LoRA adapter
+    if not any((ckpt / n).is_file() for n in weights):
         raise CheckpointError(f"checkpoint {ckpt} is incomplete: model.safetensors is missing")
     folders = (ckpt, ckpt / "trainer") if need_trainer else (ckpt,)
     for folder in folders:
@@ -369,8 +370,15 @@ def load_training_state(ckpt: Path, model: torch.nn.Module, optimizer) -> dict:
     """Restore model weights, optimiser state and RNG from ``ckpt``; returns the trainer state."""
     ckpt = Path(ckpt)
     check_checkpoint(ckpt)
-    state = _read_json(ckpt / "trainer" / "state.json")
     load_model_weights(model, ckpt)
+    return load_trainer_files(ckpt, optimizer)
+
+
+def load_trainer_files(ckpt: Path, optimizer) -> dict:
+    """Restore the optimiser state and RNG of a checked checkpoint; returns the trainer state (the model's
+    weights are the caller's: :func:`load_training_state`, or a LoRA adapter's own loader)."""
+    ckpt = Path(ckpt)
+    state = _read_json(ckpt / "trainer" / "state.json")
     tensors = _read_safetensors(ckpt / "trainer" / "optimizer.safetensors")
     structure = _read_json(ckpt / "trainer" / "optimizer.json")
     try:

@@ -27,9 +27,15 @@ def _cache_dir(cfg: RunConfig) -> Path | None:
 
 def open_data(spec: str, tokenizer, block_size: int, cache_dir: Path | None = None, errors: str = "strict", seed: int = 0,
               train_on: str = "scored", corpus=None):
-    """``slmlab.data.get_source``; synthetic tasks fix their own sequence length (block_size unused)."""
+    """``slmlab.data.get_source``; synthetic tasks fix their own sequence length (block_size unused); chat
+    data (``builtin:chat``, what a ``slmlab finetune`` run records) is a :class:`ChatSource`, scored on the
+    assistant's tokens, so ``slmlab eval`` of a fine-tune measures what it was trained on."""
     from ..data import get_source, parse_task_spec
+    from ..data.chat_data import BUILTIN_CHAT, load_chat
+    from ..data.chat_source import ChatSource
 
+    if spec == BUILTIN_CHAT:
+        return ChatSource(spec, load_chat(spec), tokenizer, block_size)
     block = None if parse_task_spec(spec) is not None else block_size
     return get_source(spec, tokenizer, block, cache_dir=cache_dir, errors=errors, seed=seed, train_on=train_on,
                       corpus=corpus)

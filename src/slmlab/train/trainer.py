@@ -142,7 +142,7 @@ class Trainer:
     # -- state ---------------------------------------------------------------------------------
     def resume(self, ckpt: str | Path) -> None:
         """Continue from a checkpoint written by :meth:`save` (weights, optimiser, RNG, position)."""
-        data = load_training_state(Path(ckpt), self.model, self.optimizer)
+        data = self.load_checkpoint(Path(ckpt))
         if data.get("global_batch_rows") not in (None, self.cfg.batch_size * self.dist.world_size):
             raise ValueError(
                 f"checkpoint was written with a global batch of {data['global_batch_rows']} rows per micro-step;"
@@ -159,13 +159,22 @@ class Trainer:
             last_eval=data.get("last_eval") or {},
         )
 
+    def load_checkpoint(self, ckpt: Path) -> dict:
+        """Load the weights, optimiser and RNG of ``ckpt``; returns its trainer state (a subclass that
+        saves something else than the whole model, e.g. a LoRA adapter, loads it here)."""
+        return load_training_state(ckpt, self.model, self.optimizer)
+
+    def checkpoint_model(self):
+        """What a checkpoint saves as the model (``save_pretrained``, ``named_parameters``): the model."""
+        return self.model
+
     def save(self) -> Path | None:
         """Write a checkpoint of the current step (main rank only); returns its folder."""
         path = None
         if self.dist.is_main:
             try:
                 path = save_checkpoint(
-                    self.ckpt_root, self.state.step, self.model, self.tokenizer, self.optimizer,
+                    self.ckpt_root, self.state.step, self.checkpoint_model(), self.tokenizer, self.optimizer,
                     self.state.to_json(self.cfg, self.dist.world_size), self.cfg.to_dict(), self.cfg.keep_checkpoints,
                     trained_context=self.source.seq_len, extra_json=self.checkpoint_json,
                 )

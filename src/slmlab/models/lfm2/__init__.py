@@ -3,6 +3,7 @@
 from ..registry import Family, register_family
 from .configuration_lfm2 import Lfm2SmallConfig, effective_intermediate_size
 from .convert import EXPORT, config_from_transformers, config_to_transformers, from_transformers
+from .lora import LORA_TARGETS
 from .modeling_lfm2 import (
     Lfm2SmallBackbone,
     Lfm2SmallForCausalLM,
@@ -34,6 +35,7 @@ FAMILY = register_family(
         audit=audit_parameters,
         scaling=SCALING,
         export=EXPORT,
+        lora_targets=LORA_TARGETS,
         description="LFM2Small: gated short-conv / GQA (QK-norm) hybrid, SwiGLU, streaming conv cache",
     )
 )

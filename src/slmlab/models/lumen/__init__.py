@@ -3,6 +3,7 @@
 from ..registry import Family, register_family
 from .configuration_lumen import LumenConfig
 from .convert import EXPORT, convert_seed_state_dict
+from .lora import LORA_TARGETS
 from .modeling_lumen import LumenForCausalLM, LumenModel, audit_parameters
 from .scaling import SCALING
 
@@ -21,6 +22,7 @@ FAMILY = register_family(
         audit=audit_parameters,
         scaling=SCALING,
         export=EXPORT,
+        lora_targets=LORA_TARGETS,
         description="SAGE-Lumen: tiny Llama-style decoder (MQA/GQA, RoPE, SwiGLU, tied embeddings)",
     )
 )

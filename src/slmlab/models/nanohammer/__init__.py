@@ -3,6 +3,7 @@
 from ..registry import Family, register_family
 from .configuration_nanohammer import NanoHammerConfig
 from .convert import EXPORT
+from .lora import LORA_TARGETS
 from .modeling_nanohammer import NanoHammerForCausalLM, NanoHammerModel, audit_parameters, cache_nbytes
 from .scaling import SCALING
 
@@ -44,6 +45,7 @@ FAMILY = register_family(
         audit=audit_parameters,
         scaling=SCALING,
         export=EXPORT,
+        lora_targets=LORA_TARGETS,
         description="NanoHammer: rotated cumulative-sum state tokens beside Llama attention (GQA, RoPE, SwiGLU)",
     )
 )

@@ -8,6 +8,7 @@ Auto classes. Spelling Bee embeddings are on by default: call
 from ..registry import Family, register_family
 from .configuration_neollm import NeoLLMConfig
 from .convert import EXPORT
+from .lora import LORA_TARGETS
 from .modeling_neollm import NeoLLMForCausalLM, NeoLLMModel, audit_parameters
 from .scaling import SCALING
 
@@ -41,6 +42,7 @@ FAMILY = register_family(
         audit=audit_parameters,
         scaling=SCALING,
         export=EXPORT,
+        lora_targets=LORA_TARGETS,
         description="NeoLLM: switchable research transformer (SiameseNorm, IHA, REPO-GRAPE, momentum, XSA, FAN, Spelling Bee)",
     )
 )

@@ -3,6 +3,7 @@
 from ..registry import Family, register_family
 from .configuration_pgsm import SIZE_PRESETS, PGSMConfig
 from .convert import EXPORT, config_from_seed, convert_seed_state_dict
+from .lora import LORA_TARGETS
 from .modeling_pgsm import PGSMForCausalLM, PGSMModel, audit_parameters, build_pgsm_model
 from .scaling import SCALING
 
@@ -17,6 +18,7 @@ FAMILY = register_family(
         audit=audit_parameters,
         scaling=SCALING,
         export=EXPORT,
+        lora_targets=LORA_TARGETS,
         description="PGSM: attention-free causal-conv backbone + query-only sparse RoPE retrieval",
     )
 )

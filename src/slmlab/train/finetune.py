@@ -1,0 +1,280 @@
+"""Instruction fine-tuning: a saved model, chat data, full or LoRA training on the one trainer.
+
+``slmlab finetune RUN --data chat.jsonl`` is ``slmlab train`` with three differences, and everything
+else (the :class:`~slmlab.train.trainer.Trainer` loop, checkpoints, exact ``--resume``, the run lock,
+metrics, the report and its plot) is the same code:
+
+* the model is the saved model at ``RUN`` (its newest checkpoint), with its tokenizer; the tokenizer
+  gets the default chat template when it has none (:mod:`slmlab.data.chat`) and every checkpoint
+  saves it;
+* the data is a :class:`~slmlab.data.chat_source.ChatSource`: one conversation per row, loss only on
+  the assistant's tokens, every tenth conversation held out; ``block_size`` defaults to the context
+  the base model was trained on;
+* with a :class:`~slmlab.train.lora.LoraSpec` only LoRA adapters train (:class:`LoraTrainer`): each
+  checkpoint is then an adapter folder in peft's format (plus ``config.json``, the tokenizer and the
+  trainer state), which every reader of saved models loads merged into its base
+  (:func:`slmlab.train.saved.load_for_inference`).
+
+Each checkpoint records ``finetune.json`` (the base folder and the LoRA spec); ``--resume`` refuses
+another base or LoRA spec, like the protected fields of ``run.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .checkpoint import check_checkpoint, list_checkpoints, load_trainer_files, resolve_checkpoint
+from .config import RunConfig
+from .distributed import barrier, init_distributed
+from .environment import resolve_device
+from .lora import LoraSpec, is_adapter_folder, load_adapter_weights, save_adapter, trainable_share
+from .saved import read_json_object, saved_run_config, trained_context
+from .trainer import Trainer
+
+FINETUNE_FILE = "finetune.json"
+
+
+class AdapterView:
+    """What a LoRA checkpoint saves as "the model": the adapter (peft's format) and the base's config.
+
+    :func:`slmlab.train.checkpoint.save_checkpoint` checks its parameters are finite and calls
+    ``save_pretrained``; only the adapter's (trainable) parameters are in it.
+    """
+
+    def __init__(self, peft_model) -> None:
+        self.peft_model = peft_model
+
+    def named_parameters(self):
+        return [(n, p) for n, p in self.peft_model.named_parameters() if p.requires_grad]
+
+    def named_buffers(self):
+        return []
+
+    def save_pretrained(self, folder: str) -> None:
+        save_adapter(self.peft_model, folder)
+
+
+class LoraTrainer(Trainer):
+    """The :class:`~slmlab.train.trainer.Trainer` on a model carrying LoRA adapters: it trains the model
+    (whose only trainable parameters are the adapters), saves each checkpoint as an adapter folder and
+    resumes from one.
+
+    Args:
+        peft_model: the ``PeftModel`` (:func:`slmlab.train.lora.add_lora`); the trainer runs its base model,
+            whose target layers are LoRA layers.
+        *args / **kwargs: as :class:`~slmlab.train.trainer.Trainer` after ``cfg``.
+    """
+
+    def __init__(self, cfg: RunConfig, peft_model, *args, **kwargs) -> None:
+        super().__init__(cfg, peft_model.get_base_model(), *args, **kwargs)
+        self.peft_model = peft_model
+
+    def checkpoint_model(self):
+        return AdapterView(self.peft_model)
+
+    def load_checkpoint(self, ckpt: Path) -> dict:
+        from .checkpoint import CheckpointError
+
+        check_checkpoint(ckpt)
+        if not is_adapter_folder(ckpt):
+            raise CheckpointError(f"{ckpt} holds a full model, not a LoRA adapter; this run trains an adapter: resume"
+                                  " without --lora, or start a new out_dir")
+        load_adapter_weights(self.peft_model, ckpt)
+        return load_trainer_files(ckpt, self.optimizer)
+
+
+def base_checkpoint(model: str) -> Path:
+    """The checkpoint folder a fine-tune starts from (``RUN``: a run folder's newest checkpoint)."""
+    if not Path(model).is_dir():
+        raise FileNotFoundError(f"no saved model at {model}; slmlab finetune starts from a run or checkpoint folder"
+                                " (train one with slmlab train)")
+    return resolve_checkpoint(model).resolve()
+
+
+def finetune_record(base: Path, lora: LoraSpec | None) -> dict:
+    """``finetune.json``: the base checkpoint and the LoRA spec (None: full fine-tuning)."""
+    return {"base": str(base), "lora": None if lora is None else lora.to_dict()}
+
+
+def check_finetune_resume(ckpt: Path, wanted: dict) -> None:
+    """Refuse resuming ``ckpt`` with another base model or LoRA spec than it was trained with."""
+    saved = read_json_object(ckpt / FINETUNE_FILE)
+    if not saved:
+        raise ValueError(f"{ckpt} has no {FINETUNE_FILE}: it is not a fine-tune's checkpoint; resume it with slmlab train")
+    for key in ("base", "lora"):
+        if saved.get(key) != wanted[key]:
+            raise ValueError(f"resuming would change the fine-tune's {key}: {saved.get(key)!r} -> {wanted[key]!r}; give"
+                             " the same model and --lora, or start a new out_dir")
+
+
+def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume: str | Path | bool | None = None,
+                           allow_change: tuple[str, ...] = (), given: frozenset[str] = frozenset()) -> Trainer:
+    """Everything ``slmlab finetune`` builds, ready to ``train()`` (see the module docstring). Prints
+    whether the run resumes or starts fresh, and the trainable share of the parameters.
+
+    Args:
+        cfg: the run config: ``model`` is the saved model to fine-tune, ``data`` a chat spec
+            (:func:`slmlab.data.chat_data.load_chat`).
+        lora: train LoRA adapters with this spec; None = full fine-tuning.
+        resume / allow_change: as :func:`slmlab.train.run.build_trainer`.
+        given: the config keys the user set (``block_size`` defaults to the base's trained context).
+    """
+    from ..data import get_tokenizer
+    from ..data.chat import ensure_chat_template
+    from ..data.chat_data import chat_identity
+    from ..data.chat_source import ChatSource
+    from .checkpoint import remove_stale_temporaries
+    from .lora import add_lora
+    from .metrics import trim_metrics
+    from .resume_check import DATA_IDENTITY_FILE, compare_for_resume, read_data_identity
+    from .run import build_model, check_tokenizer_request, needed_vocab, prepare_for_training, record_tokenizer
+
+    base = base_checkpoint(cfg.model)
+    if "block_size" not in given:
+        cfg.block_size = trained_context(base) or cfg.block_size
+    if cfg.keep_best and lora is not None:
+        raise ValueError("keep_best: a LoRA fine-tune's checkpoints are adapters; drop keep_best (every checkpoint is kept"
+                         " by keep_checkpoints)")
+    if cfg.sample_tokens and lora is not None:
+        raise ValueError("sample_tokens: a LoRA fine-tune's report has no sample; talk to it with slmlab chat OUT_DIR")
+    device = resolve_device(cfg.device)
+    dist_info = init_distributed(device)
+    device = resolve_device(cfg.device, dist_info)
+    run_dir = Path(cfg.out_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"out_dir {run_dir} is a file; choose a folder for the run")
+    if dist_info.is_main:
+        remove_stale_temporaries(run_dir / "checkpoints")
+    existing = list_checkpoints(run_dir / "checkpoints")
+    ckpt = None
+    if resume is True:
+        ckpt = existing[-1] if existing else None
+    elif resume:
+        ckpt = resolve_checkpoint(resume)
+    elif existing:
+        raise ValueError(f"out_dir {run_dir} already holds checkpoints (newest: {existing[-1].name}); pass --resume to"
+                         " continue that run, or choose another out_dir")
+    record = finetune_record(base, lora)
+    identity = chat_identity(cfg.data) if Path(cfg.data).is_file() or cfg.data.startswith("builtin:") else None
+    changes: list[str] = []
+    check_tokenizer_request(cfg, base, given)
+    if ckpt is not None:
+        check_checkpoint(ckpt)
+        check_finetune_resume(ckpt, record)
+        changes = compare_for_resume(saved_run_config(ckpt), cfg.to_dict(), tuple(allow_change), read_data_identity(ckpt),
+                                     identity)
+    origin = ckpt if ckpt is not None else base
+    if not (origin / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{origin} has no tokenizer.json; a fine-tune renders its chat data with the model's own"
+                                " tokenizer: save it beside the model")
+    tokenizer = get_tokenizer(str(origin))
+    ensure_chat_template(tokenizer)
+    source = ChatSource.from_spec(cfg.data, tokenizer, cfg.block_size)
+    model = build_model(cfg, needed_vocab(source, tokenizer), source.seq_len)
+    max_pos = getattr(model.config, "max_position_embeddings", None)
+    if max_pos is not None and max_pos < source.seq_len:
+        raise ValueError(f"block_size={source.seq_len} is longer than the model's {max_pos} positions; lower block_size")
+    record_tokenizer(model, tokenizer, source.seq_len)
+    prepare_for_training(model, source.seq_len)
+    if lora is None:
+        trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
+    else:
+        trainer = LoraTrainer(cfg, add_lora(model, lora, base), source, tokenizer, run_dir, dist_info, device)
+    trainer.checkpoint_json[FINETUNE_FILE] = record
+    if identity is not None:
+        trainer.checkpoint_json[DATA_IDENTITY_FILE] = identity
+    if ckpt is not None:
+        trainer.resume(ckpt)
+    barrier(dist_info)
+    if dist_info.is_main:
+        dropped = trim_metrics(run_dir / "metrics.jsonl", trainer.state.step)
+        if ckpt is not None:
+            print(f"slmlab finetune: resuming from step {trainer.state.step} (checkpoint {ckpt})")
+            for line in changes:
+                print(f"slmlab finetune: changed on resume: {line}")
+        else:
+            print(f"slmlab finetune: no checkpoint in {run_dir / 'checkpoints'}; starting fresh from {base}")
+        if dropped:
+            print(f"slmlab finetune: dropped {dropped} metrics.jsonl records past step {trainer.state.step}")
+        for note in source.notes:
+            print(f"slmlab finetune: {note}")
+    return trainer
+
+
+def finetune_summary(trainer: Trainer, lora: LoraSpec | None) -> dict:
+    """What a fine-tune adds to its report: the method, trainable and total parameters, the data's
+    conversations and scored (assistant) tokens per split."""
+    trainable, total = trainable_share(trainer.model)
+    source = trainer.source
+    return {
+        "method": "full" if lora is None else "lora",
+        "lora": None if lora is None else lora.to_dict(),
+        "trainable_parameters": trainable,
+        "total_parameters": total,
+        "trainable_share": trainable / max(total, 1),
+        "conversations": {split: len(rows) for split, rows in source.rows.items()},
+        "scored_tokens": {split: source.scored_tokens(split) for split in source.rows},
+    }
+
+
+def add_to_report(run_dir: Path, summary: dict) -> None:
+    """Add the fine-tune's summary to ``report.json`` and a section to ``report.md``."""
+    run_dir = Path(run_dir)
+    report_json = run_dir / "report.json"
+    report = json.loads(report_json.read_text())
+    report["finetune"] = summary
+    report_json.write_text(json.dumps(report, indent=2))
+    lines = ["", "## Fine-tune", "",
+             f"- method: {summary['method']}" + (f" ({', '.join(f'{k}={v}' for k, v in summary['lora'].items())})"
+                                                 if summary["lora"] else ""),
+             f"- trainable parameters: {summary['trainable_parameters']:,} of {summary['total_parameters']:,}"
+             f" ({100 * summary['trainable_share']:.2f}%)",
+             f"- conversations: {summary['conversations']['train']:,} train, {summary['conversations']['validation']:,}"
+             f" held out ({summary['scored_tokens']['validation']:,} scored assistant tokens); the validation loss is the"
+             " held-out assistant-token loss"]
+    with (run_dir / "report.md").open("a", encoding="utf-8") as stream:
+        stream.write("\n".join(lines) + "\n")
+
+
+def write_merged(source: str | Path, out: str | Path) -> Path:
+    """A plain checkpoint at ``out`` from a fine-tune (an adapter folder is merged into its base):
+    ``config.json``, ``model.safetensors``, generation config and the tokenizer with its chat template."""
+    from .checkpoint import quiet_hf_progress
+    from .saved import load_for_inference
+
+    loaded = load_for_inference(source, "cpu")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with quiet_hf_progress():
+        loaded.model.save_pretrained(str(out))
+    if loaded.tokenizer is not None:
+        loaded.tokenizer.save_pretrained(str(out))
+    record = read_json_object(loaded.checkpoint / FINETUNE_FILE)
+    (out / FINETUNE_FILE).write_text(json.dumps({**record, "merged_from": str(loaded.checkpoint.resolve())}, indent=1) + "\n")
+    return out
+
+
+def evaluate_chat(path: str | Path, data: str, block_size: int | None = None, device: str = "auto",
+                  batch_size: int = 16) -> dict:
+    """The held-out assistant-token figures of a saved model (a base model, a fine-tune, an adapter
+    folder) on chat data: the validation split of :class:`~slmlab.data.chat_source.ChatSource`, scored
+    on the assistant's tokens only, as a fine-tune's own validation (``slmlab finetune --eval-only``).
+
+    Returns:
+        :func:`slmlab.evaluate.lm.evaluate_source`'s ``loss`` (nats per assistant token), ``ppl``,
+        ``tokens``, ``acc``, ..., plus the ``checkpoint`` read.
+    """
+    from ..data.chat import ensure_chat_template
+    from ..data.chat_source import ChatSource
+    from ..evaluate.lm import evaluate_source, family_forward_inputs
+    from .saved import load_for_inference
+
+    loaded = load_for_inference(path, device)
+    if loaded.tokenizer is None:
+        raise ValueError(f"{loaded.checkpoint} has no tokenizer; chat data is rendered with the model's own tokenizer")
+    ensure_chat_template(loaded.tokenizer)
+    source = ChatSource.from_spec(data, loaded.tokenizer, block_size or loaded.trained_context or 2048)
+    result = evaluate_source(loaded.model, source, "validation", batch_size, None, family_forward_inputs(loaded.model),
+                             loaded.device, None)
+    return {**result, "checkpoint": str(loaded.checkpoint)}
