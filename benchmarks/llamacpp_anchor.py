@@ -5,7 +5,14 @@ The loop calls llama.cpp's C API through llama-cpp-python's bindings (``llama_de
 batch, ``argmax`` of the returned logits): no Python sampler, no per-token bookkeeping. llama.cpp keeps
 its defaults otherwise (f16 K/V cache, its own thread pool of ``threads``). Install with
 ``pip install "slmlab[llamacpp]"`` (a ~20-minute source build on 2 cores); without it the benchmarks
-print no llama.cpp rows.
+print no llama.cpp rows (this module still imports: llama_cpp is imported only when an engine starts).
+
+Quantized files (q8_0) load with ``use_extra_bufts=False`` in ``llama_model_params``: current llama.cpp
+otherwise moves q8_0 weights into its CPU "extra" buffer types and repacks them for its interleaved
+kernels (``CPU_REPACK``), and that path segfaulted on these files. Without extra buffers the weights
+stay in the plain CPU buffer and the plain ``q8_0`` dot-product kernels run; each llama.cpp row names
+the path that ran (:attr:`LlamaCppGreedy.kernel_path`). Bindings too old to have the field keep the
+default (and say so).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 _SILENCE = None  # the log callback must outlive every call into llama.cpp
+UNQUANTIZED = ("f32", "f16", "bf16")  # GGUF types llama.cpp never repacks: loaded with its defaults
 
 
 def available() -> bool:
@@ -43,11 +51,24 @@ class LlamaCppGreedy:
         path: the ``.gguf`` file.
         n_ctx: context positions (prompt + new tokens).
         threads: llama.cpp threads, for the prompt and for each step.
+        repack: allow llama.cpp's extra CPU buffer types (weight repacking, ``CPU_REPACK``); False
+            sets ``use_extra_bufts=False`` (the plain kernels of the file's type).
+    Attributes:
+        kernel_path: which CPU path the weights took, in words (shown in the benchmarks' rows).
     """
 
-    def __init__(self, path: str | Path, n_ctx: int, threads: int) -> None:
+    def __init__(self, path: str | Path, n_ctx: int, threads: int, repack: bool = True) -> None:
         lib = self.lib = _library()
-        self.model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
+        self.ctx = self.model = None
+        mparams = lib.llama_model_default_params()
+        if not hasattr(mparams, "use_extra_bufts"):
+            self.kernel_path = "default buffers (these bindings have no use_extra_bufts)"
+        elif repack:
+            self.kernel_path = "extra buffer types allowed (CPU_REPACK may repack)"
+        else:
+            mparams.use_extra_bufts = False
+            self.kernel_path = "plain kernels, no repacking (use_extra_bufts=False)"
+        self.model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {path}")
         params = lib.llama_context_default_params()
@@ -89,14 +110,17 @@ class LlamaCppGreedy:
 def llama_cpp_variants(model, tokenizer, prompt: list[int], new: int, threads: int, folder: Path,
                        dtypes: tuple[str, ...] = ("f32", "q8_0")) -> dict[str, tuple[Callable[[], list[int]], LlamaCppGreedy]]:
     """``{row name: (generate(), engine)}``: ``model`` exported to ``folder/model-<dtype>.gguf`` for each
-    dtype and loaded in llama.cpp; ``generate()`` returns the ``new`` greedy token ids after ``prompt``."""
+    dtype and loaded in llama.cpp (quantized types without weight repacking, see the module's
+    docstring); ``generate()`` returns the ``new`` greedy token ids after ``prompt``. Each row name ends
+    with the kernel path that ran."""
     from slmlab.export.gguf import write_gguf
 
     out = {}
     for dtype in dtypes:
         path = write_gguf(model, tokenizer, Path(folder) / f"model-{dtype}.gguf", dtype=dtype)
-        engine = LlamaCppGreedy(path, len(prompt) + new, threads)
-        out[f"llama.cpp {dtype} (GGUF, {threads} threads)"] = ((lambda e=engine: e.generate(prompt, new)), engine)
+        engine = LlamaCppGreedy(path, len(prompt) + new, threads, repack=dtype in UNQUANTIZED)
+        name = f"llama.cpp {dtype} (GGUF, {threads} threads; {engine.kernel_path})"
+        out[name] = ((lambda e=engine: e.generate(prompt, new)), engine)
     return out
 
 

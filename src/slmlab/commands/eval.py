@@ -42,18 +42,23 @@ def eval_command(argv: list[str]) -> int:
     p.add_argument("--include-path", metavar="DIR", help="a folder of extra lm-eval task YAMLs (with --tasks)")
     p.add_argument("--limit", metavar="N", help="documents per task, or a fraction below 1 (with --tasks)")
     p.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples (with --tasks; default: the task's)")
+    p.add_argument("--quantize", default=None, choices=["int8"],
+                   help="int8: weight-only int8 linear layers (CPU; docs/quantize.md); a folder written by"
+                        " `slmlab quantize` is int8 already")
     args = p.parse_args(argv)
     if args.tasks is None and (args.include_path or args.limit or args.num_fewshot is not None):
         raise ValueError("--include-path, --limit and --num-fewshot apply to lm-eval tasks; add --tasks T1,T2")
     if args.tasks is not None:
         return _tasks_command(args)
     from ..evaluate.lm import count_eval_batches, evaluate_source, family_forward_inputs
+    from ..models.quantize import apply_quantization
     from ..train.precision import autocast_factory
     from ..train.run import open_data
     from ..train.saved import load_for_inference
 
     loaded = load_for_inference(args.run, args.device)
     ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
+    apply_quantization(model, args.quantize, dev)
     run_cfg = loaded.run_config
     data = args.data or run_cfg.get("data")
     if not data:
@@ -116,6 +121,7 @@ def context_window(model, trained: int | None, requested: int | None = None) -> 
 def _tasks_command(args) -> int:
     """``slmlab eval RUN --tasks ...``: lm-evaluation-harness tasks on the checkpoint."""
     from ..evaluate.tasks import parse_limit, require_lm_eval, resolve_tasks, run_tasks, split_task_names
+    from ..models.quantize import apply_quantization
     from ..train.precision import autocast_factory
     from ..train.saved import load_for_inference
 
@@ -126,6 +132,7 @@ def _tasks_command(args) -> int:
         raise ValueError("--data, --split and --max-batches apply to the bits/byte evaluation; drop them with --tasks")
     loaded = load_for_inference(args.run, args.device)
     ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
+    apply_quantization(model, args.quantize, dev)
     if tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; lm-eval tasks need the tokenizer the model was trained with")
     context = context_window(model, loaded.trained_context, args.block_size)

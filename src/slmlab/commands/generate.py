@@ -36,6 +36,9 @@ def generate_command(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                    help=f"torch CPU threads (default {DEFAULT_THREADS}: batch-1 decode of these model sizes is fastest on"
                         " one thread; 0 = torch's default, one per core)")
+    p.add_argument("--quantize", default=None, choices=["int8"],
+                   help="int8: weight-only int8 linear layers (CPU; docs/quantize.md); a folder written by"
+                        " `slmlab quantize` is int8 already")
     args = p.parse_args(argv)
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
@@ -45,12 +48,14 @@ def generate_command(argv: list[str]) -> int:
 
     from slmlab.generation import SamplingConfig, generate
 
+    from ..models.quantize import apply_quantization
     from ..train.saved import load_for_inference
 
     if args.threads:
         torch.set_num_threads(args.threads)
     loaded = load_for_inference(args.run, args.device)
     ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
+    apply_quantization(model, args.quantize, dev)
     if args.prompt_ids is not None:
         ids = [int(x) for x in args.prompt_ids.replace(" ", "").split(",") if x]
     elif tokenizer is not None:

@@ -37,6 +37,9 @@ def serve_command(argv: list[str]) -> int:
     p.add_argument("--model-name", default=None, help="the model id clients send (default: the run folder's name)")
     p.add_argument("--device", default="auto")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--quantize", default=None, choices=["int8"],
+                   help="int8: weight-only int8 linear layers (CPU; docs/quantize.md); a folder written by"
+                        " `slmlab quantize` is int8 already")
     args = p.parse_args(argv)
     for name in ("max_batch", "max_queue"):
         if getattr(args, name) < 1:
@@ -65,7 +68,7 @@ def serve_command(argv: list[str]) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     server = build_server(args.run, args.max_batch, args.max_queue, args.api_key, args.model_name, args.device,
-                          args.max_request_bytes)
+                          args.max_request_bytes, quantize=args.quantize)
     head, mode = server.describe()
     print(f"slmlab serve: {head}; {torch.get_num_threads()} threads", file=sys.stderr)
     print(f"slmlab serve: {mode}", file=sys.stderr)

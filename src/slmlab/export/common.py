@@ -69,10 +69,14 @@ def load_source(source) -> ExportSource:
     on the CPU, float32, finite weights checked, no code shipped in the folder run
     (:func:`slmlab.train.saved.load_for_inference`). The run report's validation figures are kept
     only when the report names this very checkpoint."""
+    from ..models.quantize import quantized_modules
     from ..train.saved import load_for_inference, read_json_object
 
     loaded = load_for_inference(source, "cpu")
     ckpt, model, tokenizer, run_config = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.run_config
+    if quantized_modules(model):
+        raise ValueError(f"{ckpt} is an int8 copy (`slmlab quantize`); export the float run it came from (llama.cpp"
+                         " quantizes a GGUF itself: --to gguf --dtype q8_0)")
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
     state = read_json_object(ckpt / "trainer" / "state.json")
     evaluation = None

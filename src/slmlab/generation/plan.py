@@ -14,6 +14,9 @@ one-token step, built from the model's current weights for one generation:
   place (``index_copy_``, ``copy_``); attention reads the whole buffer under a position mask, so
   every step has the same shapes and ``torch.compile`` compiles it once;
 * the step is a pure function of ``(weights, states, tokens, position)``.
+* a model quantized to int8 (:func:`slmlab.models.quantize.quantize_int8`) keeps its projections
+  in int8 in the plan (:class:`Int8Columns`, rows concatenated and reordered the same way) and
+  the step multiplies through torch's int8 kernel (:func:`project`).
 
 The model's own forward runs the prefill; :meth:`DecodePlan.start` copies its
 :class:`~slmlab.layers.cache.ModelCache` into the buffers. Each family's step function and plan
@@ -31,7 +34,46 @@ import torch
 import torch.nn.functional as F
 
 from ..layers.cache import KVState, ModelCache
+from ..layers.quantized import Int8Linear, int8_linear
 from ..layers.rotary import RotaryEmbedding
+
+
+@dataclass(frozen=True)
+class Int8Columns:
+    """A projection kept in int8 for the decode step (a model after
+    :func:`slmlab.models.quantize.quantize_int8`): ``project(x, it)`` runs torch's int8 kernel.
+
+    Args:
+        qweight: int8 ``[out, in]`` (rows in the plan's order, e.g. q|k|v concatenated).
+        scale: bfloat16 ``[out]``, one per row.
+    """
+
+    qweight: torch.Tensor
+    scale: torch.Tensor
+
+
+Projection = torch.Tensor | Int8Columns  # a float ``[in, out]`` matrix (``x @ it``) or int8 rows
+
+
+def project(x: torch.Tensor, weight: Projection) -> torch.Tensor:
+    """``x @ weight`` for a float ``[in, out]`` matrix; the int8 kernel for :class:`Int8Columns`."""
+    if isinstance(weight, Int8Columns):  # fixed per plan: the branch is resolved once under torch.compile
+        return int8_linear(x, weight.qweight, weight.scale)
+    return x @ weight
+
+
+def columns(*linears: torch.nn.Module, rows: tuple[torch.Tensor | None, ...] | None = None) -> Projection:
+    """``[in, out]`` columns of bias-free linears, their outputs concatenated (``project(x, it)`` is
+    ``[l_1(x) | l_2(x) | ...]``), each one's output rows reordered by ``rows`` (None: as they are).
+    All :class:`~slmlab.layers.quantized.Int8Linear`: int8 rows (:class:`Int8Columns`); otherwise float
+    (an int8 layer mixed with float ones contributes its dequantized weight)."""
+    rows = rows or (None,) * len(linears)
+    if all(isinstance(layer, Int8Linear) for layer in linears):
+        q = torch.cat([layer.qweight if r is None else layer.qweight[r] for layer, r in zip(linears, rows)])
+        s = torch.cat([layer.scale if r is None else layer.scale[r] for layer, r in zip(linears, rows)])
+        return Int8Columns(q.contiguous(), s.contiguous())
+    weights = [layer.weight.detach() for layer in linears]
+    return torch.cat([w if r is None else w[r] for w, r in zip(weights, rows)]).t().contiguous()
 
 
 @dataclass(frozen=True)
@@ -40,18 +82,18 @@ class FeedForwardWeights:
 
     Args:
         norm: ``[d]`` RMSNorm weight.
-        gate_up: ``[d, 2 F]`` gate and up projections, concatenated and transposed.
-        down: ``[F, d]`` down projection, transposed.
+        gate_up: ``[d, 2 F]`` gate and up projections, concatenated and transposed (or int8 rows).
+        down: ``[F, d]`` down projection, transposed (or int8 rows).
     """
 
     norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: Projection
+    down: Projection
 
     @classmethod
-    def from_linears(cls, norm: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> FeedForwardWeights:
-        """From the ``[F, d]`` gate/up and ``[d, F]`` down weights of ``nn.Linear`` layers."""
-        return cls(norm, torch.cat((gate, up)).t().contiguous(), down.t().contiguous())
+    def from_linears(cls, norm: torch.Tensor, gate: torch.nn.Module, up: torch.nn.Module, down: torch.nn.Module) -> FeedForwardWeights:
+        """From the gate, up and down ``nn.Linear`` layers (or their int8 twins)."""
+        return cls(norm, columns(gate, up), columns(down))
 
 
 @dataclass(frozen=True)
@@ -65,7 +107,7 @@ class StackWeights:
         qk_width: ``(H + H_kv) D``, the q|k columns of a fused q|k|v projection.
         split: ``(H D, H_kv D)``, to split q|k into q and k.
         embed: ``[V, d]`` embedding table.
-        head: ``[d, V]`` LM head, transposed.
+        head: ``[d, V]`` LM head, transposed (or int8 rows).
         norm: ``[d]`` final norm weight.
         rope: complex ``[capacity, (H + H_kv) D / 2]`` RoPE factors for q|k in adjacent-pair order.
         slots: ``[1, 1, 1, capacity]`` slot indices (``slots <= position`` marks the filled ones).
@@ -78,7 +120,7 @@ class StackWeights:
     qk_width: int
     split: tuple[int, int]
     embed: torch.Tensor
-    head: torch.Tensor
+    head: Projection
     norm: torch.Tensor
     rope: torch.Tensor
     slots: torch.Tensor
@@ -98,6 +140,13 @@ def pair_rows(weight: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
     """Reorder the output rows of a ``[heads * D, in]`` projection into :func:`adjacent_pair_order`."""
     order = adjacent_pair_order(head_dim).to(weight.device)
     return weight.view(heads, head_dim, -1)[:, order].reshape(heads * head_dim, -1)
+
+
+def pair_row_index(heads: int, head_dim: int, device: torch.device | None = None) -> torch.Tensor:
+    """Row indices of a ``[heads * D, ...]`` projection in :func:`adjacent_pair_order` per head:
+    ``weight[it]`` equals :func:`pair_rows` of ``weight`` (and also reorders a per-row scale)."""
+    order = adjacent_pair_order(head_dim)
+    return (torch.arange(heads)[:, None] * head_dim + order[None, :]).flatten().to(device)
 
 
 def rope_multipliers(capacity: int, head_dim: int, base: float, heads: int, device: torch.device) -> torch.Tensor:
@@ -158,8 +207,8 @@ def cached_attention(
 
 def feed_forward(x: torch.Tensor, ff: FeedForwardWeights, eps: float) -> torch.Tensor:
     """``x + down(silu(gate) * up)`` over ``rms_norm(x)``, for ``x [B, 1, d]``."""
-    gate, up = (F.rms_norm(x, (x.shape[-1],), ff.norm, eps) @ ff.gate_up).chunk(2, dim=-1)
-    return x + (F.silu(gate) * up) @ ff.down
+    gate, up = project(F.rms_norm(x, (x.shape[-1],), ff.norm, eps), ff.gate_up).chunk(2, dim=-1)
+    return x + project(F.silu(gate) * up, ff.down)
 
 
 def kv_buffers_from(state: KVState, capacity: int, key_order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,11 +227,13 @@ def position_mask(capacity: int, device: torch.device) -> torch.Tensor:
     return torch.arange(capacity, device=device).view(1, 1, 1, capacity)
 
 
-def qkv_columns(q_weight: torch.Tensor, k_weight: torch.Tensor, v_weight: torch.Tensor, heads: int, kv_heads: int,
-                head_dim: int) -> torch.Tensor:
-    """``[d, (H + 2 H_kv) D]``: ``x @ it`` gives ``q | k | v`` with q and k in adjacent-pair order."""
-    rows = (pair_rows(q_weight, heads, head_dim), pair_rows(k_weight, kv_heads, head_dim), v_weight)
-    return torch.cat(rows).t().contiguous()
+def qkv_columns(q_proj: torch.nn.Module, k_proj: torch.nn.Module, v_proj: torch.nn.Module, heads: int, kv_heads: int,
+                head_dim: int) -> Projection:
+    """``[d, (H + 2 H_kv) D]`` (or int8 rows) from the q, k, v linears: ``project(x, it)`` gives
+    ``q | k | v`` with q and k in adjacent-pair order."""
+    device = q_proj.qweight.device if isinstance(q_proj, Int8Linear) else q_proj.weight.device
+    rows = (pair_row_index(heads, head_dim, device), pair_row_index(kv_heads, head_dim, device), None)
+    return columns(q_proj, k_proj, v_proj, rows=rows)
 
 
 def stack_weights(model, final_norm: torch.Tensor, eps: float, heads: int, kv_heads: int, head_dim: int,
@@ -197,7 +248,7 @@ def stack_weights(model, final_norm: torch.Tensor, eps: float, heads: int, kv_he
         qk_width=(heads + kv_heads) * head_dim,
         split=(heads * head_dim, kv_heads * head_dim),
         embed=table,
-        head=model.get_output_embeddings().weight.t().contiguous(),
+        head=columns(model.get_output_embeddings()),
         norm=final_norm,
         rope=rope_multipliers(capacity, head_dim, rope_theta, heads + kv_heads, table.device),
         slots=position_mask(capacity, table.device),

@@ -43,13 +43,15 @@ class Server:
 
 def build_server(run: str | Path, max_batch: int = 8, max_queue: int = 64, api_key: str | None = None,
                  model_name: str | None = None, device: str = "auto",
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> Server:
-    """Load ``run`` (a run folder, checkpoint or saved model with its tokenizer) and build the server.
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, quantize: str | None = None) -> Server:
+    """Load ``run`` (a run folder, checkpoint or saved model with its tokenizer) and build the server;
+    ``quantize="int8"`` swaps its linear layers for int8 ones (:func:`slmlab.models.quantize.apply_quantization`).
 
     Raises:
         ValueError: no tokenizer saved with the model, bad limits, an empty API key or a model name
             that is not valid UTF-8.
     """
+    from ..models.quantize import apply_quantization
     from ..train.saved import load_for_inference
 
     if max_batch < 1 or max_queue < 1:
@@ -59,6 +61,7 @@ def build_server(run: str | Path, max_batch: int = 8, max_queue: int = 64, api_k
     check_api_key(api_key)
     loaded = load_for_inference(run, device)
     ckpt, model, tokenizer = loaded.checkpoint, loaded.model, loaded.tokenizer
+    apply_quantization(model, quantize, loaded.device)
     if tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; serve a run or checkpoint saved with its tokenizer")
     stop_ids = end_of_text_ids(model.config, tokenizer)

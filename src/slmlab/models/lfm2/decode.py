@@ -12,11 +12,14 @@ import torch.nn.functional as F
 from ...generation.plan import (
     DecodePlan,
     FeedForwardWeights,
+    Projection,
     StackWeights,
     adjacent_pair_order,
     cached_attention,
+    columns,
     feed_forward,
     kv_buffers_from,
+    project,
     qkv_columns,
     rotate_pairs,
     stack_weights,
@@ -29,14 +32,14 @@ class Lfm2AttentionWeights:
     """GQA with QK-norm, arranged for the decode step.
 
     Args:
-        qkv: ``[d, (H + 2 H_kv) D]`` q|k|v columns (q, k in adjacent-pair order).
+        qkv: ``[d, (H + 2 H_kv) D]`` q|k|v columns (q, k in adjacent-pair order), or int8 rows.
         qk_norm: ``[H + H_kv, D]`` q/k RMSNorm weights per head, in adjacent-pair order.
-        out_proj: ``[H D, d]`` output projection, transposed.
+        out_proj: ``[H D, d]`` output projection, transposed (or int8 rows).
     """
 
-    qkv: torch.Tensor
+    qkv: Projection
     qk_norm: torch.Tensor
-    out_proj: torch.Tensor
+    out_proj: Projection
 
 
 @dataclass(frozen=True)
@@ -44,16 +47,16 @@ class Lfm2ConvWeights:
     """The gated short convolution ``out_proj(C ⊙ conv_K(B ⊙ x))``, arranged for the decode step.
 
     Args:
-        in_proj: ``[d, 3 d]`` (B | C | x), transposed.
+        in_proj: ``[d, 3 d]`` (B | C | x), transposed (or int8 rows).
         conv: ``[d, K]`` depthwise kernel.
-        out_proj: ``[d, d]``, transposed.
+        out_proj: ``[d, d]``, transposed (or int8 rows).
         in_proj_bias, conv_bias, out_proj_bias: ``[3 d]``, ``[d]``, ``[d]``, or None
             (``conv_bias=False``).
     """
 
-    in_proj: torch.Tensor
+    in_proj: Projection
     conv: torch.Tensor
-    out_proj: torch.Tensor
+    out_proj: Projection
     in_proj_bias: torch.Tensor | None = None
     conv_bias: torch.Tensor | None = None
     out_proj_bias: torch.Tensor | None = None
@@ -69,8 +72,8 @@ class Lfm2LayerWeights:
     feed_forward: FeedForwardWeights
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    y = x @ weight
+def _linear(x: torch.Tensor, weight: Projection, bias: torch.Tensor | None) -> torch.Tensor:
+    y = project(x, weight)
     return y if bias is None else y + bias  # biases fixed per model (conv_bias)
 
 
@@ -97,33 +100,33 @@ def lfm2_step(weights: StackWeights, states: list, tokens: torch.Tensor, positio
         h = F.rms_norm(x, (d,), layer.operator_norm, eps)
         mixer = layer.mixer
         if isinstance(mixer, Lfm2AttentionWeights):  # which mixer a layer has is fixed by config.layer_order
-            qkv = h @ mixer.qkv
+            qkv = project(h, mixer.qkv)
             qk = F.rms_norm(qkv[..., :qk_width].view(b, -1, head_dim), (head_dim,), None, eps) * mixer.qk_norm
             q, k = rotate_pairs(qk.view(b, 1, qk_width), turn).split(weights.split, dim=-1)
-            x = x + cached_attention(q, k, qkv[..., qk_width:], state, position, allowed) @ mixer.out_proj
+            x = x + project(cached_attention(q, k, qkv[..., qk_width:], state, position, allowed), mixer.out_proj)
         else:
             x = x + gated_conv_step(h, mixer, state[0])
         x = feed_forward(x, layer.feed_forward, eps)
-    return F.rms_norm(x[:, -1], (d,), weights.norm, eps) @ weights.head
+    return project(F.rms_norm(x[:, -1], (d,), weights.norm, eps), weights.head)
 
 
 def _attention_weights(attn, heads: int, kv_heads: int, head_dim: int) -> Lfm2AttentionWeights:
-    order = adjacent_pair_order(head_dim).to(attn.q_proj.weight.device)
+    order = adjacent_pair_order(head_dim).to(attn.q_layernorm.weight.device)
     qk_norm = torch.cat(
         (attn.q_layernorm.weight[order].expand(heads, head_dim), attn.k_layernorm.weight[order].expand(kv_heads, head_dim))
     )
     return Lfm2AttentionWeights(
-        qkv=qkv_columns(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, heads, kv_heads, head_dim),
+        qkv=qkv_columns(attn.q_proj, attn.k_proj, attn.v_proj, heads, kv_heads, head_dim),
         qk_norm=qk_norm.contiguous(),
-        out_proj=attn.out_proj.weight.t().contiguous(),
+        out_proj=columns(attn.out_proj),
     )
 
 
 def _conv_weights(conv) -> Lfm2ConvWeights:
     return Lfm2ConvWeights(
-        in_proj=conv.in_proj.weight.t().contiguous(),
+        in_proj=columns(conv.in_proj),
         conv=conv.conv.weight[:, 0].contiguous(),  # [d, K]
-        out_proj=conv.out_proj.weight.t().contiguous(),
+        out_proj=columns(conv.out_proj),
         in_proj_bias=conv.in_proj.bias,
         conv_bias=conv.conv.bias,
         out_proj_bias=conv.out_proj.bias,
@@ -143,7 +146,7 @@ def lfm2_decode_plan(model, capacity: int) -> DecodePlan:
             Lfm2LayerWeights(
                 operator_norm=block.operator_norm.weight,
                 mixer=mixer,
-                feed_forward=FeedForwardWeights.from_linears(block.ffn_norm.weight, ff.w1.weight, ff.w3.weight, ff.w2.weight),
+                feed_forward=FeedForwardWeights.from_linears(block.ffn_norm.weight, ff.w1, ff.w3, ff.w2),
             )
         )
     weights = stack_weights(

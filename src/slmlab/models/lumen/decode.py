@@ -11,11 +11,14 @@ import torch.nn.functional as F
 from ...generation.plan import (
     DecodePlan,
     FeedForwardWeights,
+    Projection,
     StackWeights,
     adjacent_pair_order,
     cached_attention,
+    columns,
     feed_forward,
     kv_buffers_from,
+    project,
     qkv_columns,
     rotate_pairs,
     stack_weights,
@@ -28,14 +31,14 @@ class LumenLayerWeights:
 
     Args:
         norm1: ``[d]`` input RMSNorm weight.
-        qkv: ``[d, (H + 2 H_kv) D]`` q|k|v columns (q, k in adjacent-pair order).
-        o: ``[H D, d]`` output projection, transposed.
+        qkv: ``[d, (H + 2 H_kv) D]`` q|k|v columns (q, k in adjacent-pair order), or int8 rows.
+        o: ``[H D, d]`` output projection, transposed (or int8 rows).
         mlp: the SwiGLU feed-forward, or None for attention-only blocks (``intermediate_dim=0``).
     """
 
     norm1: torch.Tensor
-    qkv: torch.Tensor
-    o: torch.Tensor
+    qkv: Projection
+    o: Projection
     mlp: FeedForwardWeights | None
 
 
@@ -47,13 +50,13 @@ def lumen_step(weights: StackWeights, states: list, tokens: torch.Tensor, positi
     allowed = weights.slots <= position
     layer: LumenLayerWeights
     for layer, buffers in zip(weights.layers, states):
-        qkv = F.rms_norm(x, (d,), layer.norm1, eps) @ layer.qkv
+        qkv = project(F.rms_norm(x, (d,), layer.norm1, eps), layer.qkv)
         qk = rotate_pairs(qkv[..., :qk_width], turn)
         q, k = qk.split(weights.split, dim=-1)
-        x = x + cached_attention(q, k, qkv[..., qk_width:], buffers, position, allowed) @ layer.o
+        x = x + project(cached_attention(q, k, qkv[..., qk_width:], buffers, position, allowed), layer.o)
         if layer.mlp is not None:  # fixed per model: attention-only blocks have none
             x = feed_forward(x, layer.mlp, eps)
-    return F.rms_norm(x[:, -1], (d,), weights.norm, eps) @ weights.head
+    return project(F.rms_norm(x[:, -1], (d,), weights.norm, eps), weights.head)
 
 
 @torch.no_grad()
@@ -67,10 +70,10 @@ def lumen_decode_plan(model, capacity: int) -> DecodePlan:
         layers.append(
             LumenLayerWeights(
                 norm1=block.input_layernorm.weight,
-                qkv=qkv_columns(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, heads, kv_heads, head_dim),
-                o=attn.o_proj.weight.t().contiguous(),
+                qkv=qkv_columns(attn.q_proj, attn.k_proj, attn.v_proj, heads, kv_heads, head_dim),
+                o=columns(attn.o_proj),
                 mlp=None if mlp is None else FeedForwardWeights.from_linears(
-                    block.post_attention_layernorm.weight, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
+                    block.post_attention_layernorm.weight, mlp.gate_proj, mlp.up_proj, mlp.down_proj
                 ),
             )
         )

@@ -50,6 +50,8 @@ class JTokM(nn.Module):
         -> ``[B, T, D]``.
     """
 
+    keep_float_linears = ("router",)  # routed in fp32 by design: int8 (slmlab.models.quantize) leaves it
+
     def __init__(
         self, hidden_size: int, layer_idx: int, num_layers: int, d_seed: int = 128, num_knots: int = 32,
         num_experts: int = 4, top_k: int = 2, num_modes: int = 4, aux_loss_weight: float = 1e-4,

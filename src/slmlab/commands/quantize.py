@@ -1,0 +1,47 @@
+"""``slmlab quantize``: write an int8 copy of a saved model (:mod:`slmlab.models.quantize`)."""
+
+from __future__ import annotations
+
+from ._common import command_parser
+
+
+def quantize_command(argv: list[str]) -> int:
+    """Write a weight-only int8 copy of a run or checkpoint (every family; CPU decoding).
+
+    RUN is a run folder (its newest checkpoint), a checkpoint folder or a saved model; OUT is a new
+    (or empty) folder. Every linear layer's weight becomes per-output-channel symmetric int8 (the LM
+    head too); embedding tables, norms and convolution kernels stay float32. OUT holds
+    model.safetensors, config.json (with a quantization_config naming the int8 modules), the
+    tokenizer and the run's record; generate, eval and serve load it as they load any run.
+    Details and measured speed/quality: docs/quantize.md.
+    Examples:
+      slmlab quantize runs/quickstart runs/quickstart-int8
+      slmlab generate runs/quickstart-int8 --prompt "ROMEO:"
+    """
+    p = command_parser(quantize_command, "quantize")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--scheme", default="int8", help="the weight format (int8)")
+    args = p.parse_args(argv)
+    from ..models.quantize import SCHEMES
+
+    if args.scheme not in SCHEMES:
+        raise ValueError(f"unknown --scheme {args.scheme!r}; choose one of: {', '.join(SCHEMES)}")
+    from pathlib import Path
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} exists and is not an empty folder; choose another OUT or remove it")
+    from ..models.quantize import float_linears, quantize_int8, quantized_modules, save_quantized
+    from ..train.saved import load_for_inference
+
+    loaded = load_for_inference(args.run, "cpu")
+    if quantized_modules(loaded.model):
+        raise ValueError(f"{loaded.checkpoint} is already int8; quantize the float run it came from")
+    swapped = quantize_int8(loaded.model)
+    save_quantized(loaded.model, loaded.checkpoint, out)
+    kept = float_linears(loaded.model)
+    size = (out / "model.safetensors").stat().st_size / 1e6
+    print(f"slmlab quantize: wrote {out} ({loaded.family.name}, {len(swapped)} int8 linear layers"
+          f"{f', {len(kept)} kept float32' if kept else ''}; model.safetensors {size:.1f} MB)")
+    return 0

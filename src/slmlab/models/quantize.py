@@ -1,0 +1,210 @@
+"""Weight-only int8 for every family: a module swap applied after loading, and saved int8 folders.
+
+:func:`quantize_int8` replaces each plain ``nn.Linear`` of a model (the LM head included, tied or
+not) by an :class:`~slmlab.layers.quantized.Int8Linear` holding int8 weights and one bfloat16-exact
+scale per output channel (the maths: ``docs/quantize.md``). What stays float32, and why:
+
+* embedding tables: a lookup reads one row per token, so int8 would not make decoding faster, and
+  several families read the table directly (the decode plans, NeoLLM's Spelling Bee, the audits).
+  A tied LM head gets its own int8 copy of the table (``V x d`` bytes more memory, 4x less traffic
+  per token than the float32 head);
+* norms, convolution kernels (LFM2's and PGSM's depthwise ``[C, 1, K]`` kernels: ``C K`` numbers,
+  read once per token), biases, gates and other small parameters that are not ``nn.Linear`` weights;
+* ``nn.Linear`` subclasses with a forward of their own, unless they can fold into a plain linear
+  (``fold_multipliers()``: NeoLLM's learnable row/column multipliers ``diag(r) W diag(c)`` are folded
+  into ``W`` first, then ``W`` is quantized); no other forward is silently replaced;
+* modules a family names in a class attribute ``keep_float_linears`` (children read as float32
+  weights by design, e.g. NeoLLM's JTok-M router).
+
+A saved int8 folder (:func:`save_quantized`) holds ``model.safetensors`` with the int8 buffers
+(``<name>.qweight``, ``<name>.scale``) and a ``config.json`` whose ``quantization_config`` records
+the method and the swapped modules; :func:`load_quantized` rebuilds the family's model from that
+config (an slmlab family: no code from the folder runs), swaps the same modules, and loads the
+tensors strictly. Load such a folder through slmlab (:func:`slmlab.train.saved.load_for_inference`,
+every command): transformers' own ``from_pretrained`` does not know the format; it warns ("Unknown
+quantization type") and leaves the swapped linears randomly initialised.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..layers.quantized import Int8Linear
+
+METHOD = "slmlab_int8"
+SCHEMES = ("int8",)
+WEIGHTS = "model.safetensors"
+# files of a saved model that travel with its int8 copy (the tokenizer, generation settings, the run's
+# record of its data and context)
+CARRIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                 "run.yaml", "trainer/state.json")
+
+
+def plain_linear(module: nn.Module) -> bool:
+    """Whether ``module`` computes ``x W^T + b`` from its ``weight`` and ``bias`` alone, or can be made
+    to (an ``nn.Linear`` subclass with ``fold_multipliers()``)."""
+    return type(module) is nn.Linear or (isinstance(module, nn.Linear) and callable(getattr(module, "fold_multipliers", None)))
+
+
+def int8_targets(model: nn.Module) -> list[str]:
+    """Names of the modules :func:`quantize_int8` swaps: plain linears (:func:`plain_linear`), minus
+    those a parent keeps in float32 (``keep_float_linears``)."""
+    keep = set()
+    for name, module in model.named_modules():
+        for child in getattr(module, "keep_float_linears", ()):
+            keep.add(f"{name}.{child}" if name else child)
+    return [name for name, module in model.named_modules()
+            if plain_linear(module) and name not in keep]
+
+
+def float_linears(model: nn.Module) -> list[str]:
+    """Names of the ``nn.Linear`` modules (subclasses included) that stay float32 after :func:`quantize_int8`."""
+    swapped = set(int8_targets(model))
+    return [name for name, module in model.named_modules() if isinstance(module, nn.Linear) and name not in swapped]
+
+
+def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+@torch.no_grad()
+def quantize_int8(model: nn.Module) -> list[str]:
+    """Swap ``model``'s eligible linears for :class:`Int8Linear` in place (inference only).
+
+    A model that is already int8 is left as it is. Records the swap in ``model.config``'s
+    ``quantization_config`` (when the model has a config), which :func:`save_quantized` writes.
+
+    Returns:
+        the names of the swapped modules.
+    """
+    if quantized_modules(model):
+        return quantized_modules(model)
+    names = int8_targets(model)
+    for name in names:
+        linear = model.get_submodule(name)
+        if type(linear) is not nn.Linear:
+            linear.fold_multipliers()  # diag(r) W diag(c) into W: the layer is now x W^T + b
+        _set_module(model, name, Int8Linear.from_linear(linear))
+    model.eval()
+    if getattr(model, "config", None) is not None:
+        model.config.quantization_config = quantization_record(names)
+    return names
+
+
+def quantized_modules(model: nn.Module) -> list[str]:
+    """Names of ``model``'s :class:`Int8Linear` modules (empty for a float model)."""
+    return [name for name, module in model.named_modules() if isinstance(module, Int8Linear)]
+
+
+def quantization_record(names: list[str]) -> dict:
+    """The ``quantization_config`` entry of an int8 model's ``config.json``."""
+    return {"quant_method": METHOD, "bits": 8, "weights": "per-output-channel symmetric int8, bfloat16 scales",
+            "activations": "bfloat16 in the int8 matmuls", "modules": list(names)}
+
+
+def apply_quantization(model: nn.Module, scheme: str | None, device) -> list[str]:
+    """What the ``--quantize`` flag of ``generate`` / ``serve`` / ``eval`` does: nothing for None,
+    :func:`quantize_int8` for ``"int8"`` (a no-op on a model loaded from an int8 folder).
+
+    Raises:
+        ValueError: an unknown scheme, or a device other than the CPU (the kernel is torch's CPU one).
+    """
+    if scheme is None:
+        return []
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown --quantize scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}")
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"--quantize {scheme} runs on the CPU (torch's int8 weight kernel), not on {device};"
+                         " pass --device cpu")
+    return quantize_int8(model)
+
+
+def quantization_of(folder: str | Path) -> dict | None:
+    """The ``quantization_config`` a saved folder's ``config.json`` records (None for a float model).
+
+    Raises:
+        ValueError: a ``quantization_config`` this slmlab did not write.
+    """
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    record = config.get("quantization_config") if isinstance(config, dict) else None
+    if record is None:
+        return None
+    if not isinstance(record, dict) or record.get("quant_method") != METHOD or not isinstance(record.get("modules"), list):
+        raise ValueError(f"{folder}/config.json has a quantization_config slmlab cannot load ({record!r}); load the"
+                         " float model and pass --quantize int8, or write the folder with `slmlab quantize`")
+    return record
+
+
+def save_quantized(model: nn.Module, source: str | Path | None, out: str | Path) -> Path:
+    """Write an int8 ``model`` to the folder ``out``: ``config.json`` (with ``quantization_config``),
+    ``model.safetensors`` and, from ``source`` (the folder it was loaded from), the tokenizer,
+    generation config and run record (:data:`CARRIED_FILES`).
+
+    Raises:
+        ValueError: ``model`` holds no int8 module, or ``out`` exists and is not an empty folder.
+    """
+    from safetensors.torch import save_file
+
+    names = quantized_modules(model)
+    if not names:
+        raise ValueError("the model has no int8 module; call slmlab.models.quantize.quantize_int8(model) first")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} exists and is not an empty folder; choose another OUT or remove it")
+    out.mkdir(parents=True, exist_ok=True)
+    model.config.quantization_config = quantization_record(names)
+    model.config.to_json_file(str(out / "config.json"))
+    # tied tensors are written once per name (a plain copy each): safetensors refuses shared storage
+    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, str(out / WEIGHTS), metadata={"format": "pt", "quantization": METHOD})
+    if source is not None:
+        for name in CARRIED_FILES:
+            path = Path(source) / name
+            if path.is_file():
+                (out / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, out / name)
+    return out
+
+
+@torch.no_grad()
+def load_quantized(folder: str | Path) -> nn.Module:
+    """The int8 model saved in ``folder`` by :func:`save_quantized`, in eval mode on the CPU.
+
+    ``config.json`` must name an slmlab family (checked by the caller, :func:`slmlab.train.saved.open_checkpoint`);
+    the model is built from that config, the recorded modules swapped for :class:`Int8Linear`, and
+    every tensor of ``model.safetensors`` loaded strictly (a missing or unexpected name raises).
+    """
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    folder = Path(folder)
+    record = quantization_of(folder)
+    if record is None:
+        raise ValueError(f"{folder} holds a float model; load it with load_for_inference, or quantize it first")
+    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    model = model.float()
+    for name in record["modules"]:
+        linear = model.get_submodule(name)
+        if not plain_linear(linear):
+            raise ValueError(f"{folder}: module {name!r} is not a linear layer of this {config.model_type} model; the"
+                             " folder does not match its config: quantize the float model again")
+        _set_module(model, name, Int8Linear(linear.in_features, linear.out_features, linear.bias is not None))
+    state = load_file(str(folder / WEIGHTS))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{folder}/{WEIGHTS} does not match its int8 config (missing {missing[:3]}, unexpected"
+                         f" {unexpected[:3]}); quantize the float model again")
+    model.config.quantization_config = record
+    return model.eval()

@@ -1,0 +1,39 @@
+"""benchmarks/bench_quantize.py runs a family end to end at the quickstart size (rows, agreement, the
+profile split), and benchmarks/llamacpp_anchor.py imports and stands aside without llama-cpp-python."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_anchor_imports_without_llama_cpp():
+    anchor = load("llamacpp_anchor")
+    if anchor.available():
+        pytest.skip("llama-cpp-python is installed: the benchmarks run it")
+    assert "llama_cpp" not in sys.modules
+    assert anchor.agreement([1, 2, 3], [1, 2, 4]) == "2/3"
+    assert "q8_0" not in anchor.UNQUANTIZED  # q8_0 files load without weight repacking
+
+
+def test_bench_quantize_measures_a_family_side_by_side(tmp_path):
+    bench = load("bench_quantize")
+    rows, split = bench.bench_family("lumen", "quickstart", new=4, repeats=1, use_compile=False, folder=tmp_path)
+    assert [r["side"] for r in rows[:2]] == ["fp32", "int8"] and rows[1]["path"] == "plan"
+    assert rows[0]["x fp32"] == 1.0 and rows[1]["greedy = fp32"].endswith("/4")
+    assert 0 < rows[1]["logit rel err"] < 0.1 and 0 <= rows[1]["forced top-1 = fp32"] <= 1
+    assert split["int8 linears"] == 4 * 7 + 1 and split["float linears"] == 0  # lumen-3m: 4 x 7 projections + the head
+    assert 0 < split["profiled: kernel %"] < 100 and split["kernel calls/tok"] >= 4 * 4 + 1  # plan: qkv, o, gate|up, down + head
+    assert split["int8 products ms"] > 0 and split["int8 GB/s"] > 0 and split["fp32 GB/s"] > 0
