@@ -19,13 +19,16 @@ COMMANDS: dict[str, str] = {
     "models": "slmlab.commands.models:models_command",
     "audit": "slmlab.commands.audit:audit_command",
     "train": "slmlab.commands.train:train_command",
+    "finetune": "slmlab.commands.finetune:finetune_command",
     "eval": "slmlab.commands.eval:eval_command",
     "generate": "slmlab.commands.generate:generate_command",
+    "chat": "slmlab.commands.chat:chat_command",
     "tokenizer": "slmlab.commands.tokenizer:tokenizer_command",
     "transactions": "slmlab.commands.transactions:transactions_command",
     "bench": "slmlab.commands.bench:bench_command",
     "compare": "slmlab.commands.compare:compare_command",
     "export": "slmlab.commands.export:export_command",
+    "quantize": "slmlab.commands.quantize:quantize_command",
     "serve": "slmlab.commands.serve:serve_command",
 }
 

@@ -139,12 +139,22 @@ def open_checkpoint(path: str | Path) -> SavedCheckpoint:
 
 
 def _from_pretrained(ckpt: Path):
-    """The model of a checked checkpoint folder (float32, ``trust_remote_code=False``)."""
+    """The model of a checked checkpoint folder (float32, ``trust_remote_code=False``). A LoRA adapter
+    folder (:mod:`slmlab.train.lora`) loads its base model (checked the same way) and merges the adapter
+    into it: every reader gets a plain model, the same outputs as base + adapter."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from ..models.registry import check_saved_model_type
     from .checkpoint import quiet_hf_progress
+    from .lora import adapter_base, is_adapter_folder, load_adapter, merge_adapter
 
+    if is_adapter_folder(ckpt):
+        base = open_checkpoint(adapter_base(ckpt))
+        if base.family is not check_saved_model_type(ckpt):
+            raise ValueError(f"adapter {ckpt} is a {check_saved_model_type(ckpt).name} adapter but its base {base.checkpoint}"
+                             f" is a {base.family.name} model; point base_model_name_or_path at the right base")
+        return merge_adapter(load_adapter(_from_pretrained(base.checkpoint), ckpt))
     with quiet_hf_progress():
         return AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32, trust_remote_code=False)
 
@@ -167,13 +177,14 @@ def load_for_inference(path: str | Path | SavedCheckpoint, device: str = "auto")
             that are not finite.
     """
     from ..data import get_tokenizer
+    from ..models.quantize import load_quantized, quantization_of
     from .checkpoint import CheckpointError, non_finite_parameters
     from .environment import resolve_device
 
     saved = path if isinstance(path, SavedCheckpoint) else open_checkpoint(path)
     ckpt = saved.checkpoint
     dev = resolve_device(device)
-    model = _from_pretrained(ckpt)
+    model = load_quantized(ckpt) if quantization_of(ckpt) else _from_pretrained(ckpt)  # int8: `slmlab quantize`
     bad = non_finite_parameters(model)
     if bad:
         raise CheckpointError(
