@@ -30,6 +30,15 @@ def runs(bank_data, tmp_path_factory):
     return root
 
 
+def free_port() -> int:
+    """A port nothing listens on now (a fixed one may be taken: the kind check must be what refuses)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _common(runs, bank=None):
     return ["--data", str(bank or runs / "bank"), "--threads", "1", "--device", "cpu"]
 
@@ -134,7 +143,7 @@ def test_scoring_a_pretraining_run_is_refused(runs, tmp_path, capsys, sub):
 
 def test_demo_refuses_a_pretraining_run(runs, capsys):
     code = main(["transactions", "demo", "--checkpoint", str(runs / "pre"), "--data", str(runs / "bank"),
-                 "--port", "1"])
+                 "--port", str(free_port())])
     err = capsys.readouterr().err
     assert code == 2 and "slmlab transactions finetune --encoder" in err, err
 
@@ -227,9 +236,9 @@ def test_score_warns_about_a_column_unknown_to_the_fitted_schema(runs, tmp_path,
 
 
 @pytest.mark.parametrize("argv", [["eval", "{run}", "--device", "cpu"], ["generate", "{run}", "--prompt", "hi"],
-                                  ["export", "{run}", "{tmp}/x", "--to", "hf"], ["serve", "{run}", "--port", "1"]])
+                                  ["export", "{run}", "{tmp}/x", "--to", "hf"], ["serve", "{run}", "--port", "{port}"]])
 def test_lm_commands_name_a_transactions_run(runs, tmp_path, capsys, argv):
-    code = main([a.format(run=runs / "ft", tmp=tmp_path) for a in argv])
+    code = main([a.format(run=runs / "ft", tmp=tmp_path, port=free_port()) for a in argv])
     err = capsys.readouterr().err
     assert code == 2 and "this is a transactions checkpoint (a fine-tuned model from `slmlab transactions finetune`);" \
         " use `slmlab transactions ...`" in err, err
