@@ -126,9 +126,15 @@ def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume:
     from ..data.chat_source import ChatSource
     from .checkpoint import remove_stale_temporaries
     from .lora import add_lora
-    from .metrics import trim_metrics
     from .resume_check import DATA_IDENTITY_FILE, compare_for_resume, read_data_identity
-    from .run import build_model, check_tokenizer_request, needed_vocab, prepare_for_training, record_tokenizer
+    from .run import (
+        announce_start,
+        build_model,
+        check_tokenizer_request,
+        needed_vocab,
+        prepare_for_training,
+        record_tokenizer,
+    )
 
     base = base_checkpoint(cfg.model)
     if "block_size" not in given:
@@ -188,15 +194,7 @@ def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume:
         trainer.resume(ckpt)
     barrier(dist_info)
     if dist_info.is_main:
-        dropped = trim_metrics(run_dir / "metrics.jsonl", trainer.state.step)
-        if ckpt is not None:
-            print(f"slmlab finetune: resuming from step {trainer.state.step} (checkpoint {ckpt})")
-            for line in changes:
-                print(f"slmlab finetune: changed on resume: {line}")
-        else:
-            print(f"slmlab finetune: no checkpoint in {run_dir / 'checkpoints'}; starting fresh from {base}")
-        if dropped:
-            print(f"slmlab finetune: dropped {dropped} metrics.jsonl records past step {trainer.state.step}")
+        announce_start(trainer, run_dir, ckpt, changes, "finetune", f"starting fresh from {base}")
         for note in source.notes:
             print(f"slmlab finetune: {note}")
     return trainer

@@ -199,7 +199,6 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
     """
     from ..data.sources import data_identity
     from .checkpoint import check_checkpoint, remove_stale_temporaries
-    from .metrics import trim_metrics
     from .resume_check import DATA_IDENTITY_FILE, compare_for_resume, read_data_identity
 
     device = resolve_device(cfg.device)
@@ -250,16 +249,25 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
     if ckpt is not None:
         trainer.resume(ckpt)
     if dist_info.is_main:
-        dropped = trim_metrics(run_dir / "metrics.jsonl", trainer.state.step)
-        if ckpt is not None:
-            print(f"slmlab train: resuming from step {trainer.state.step} (checkpoint {ckpt})")
-            for line in changes:
-                print(f"slmlab train: changed on resume: {line}")
-        else:
-            print(f"slmlab train: no checkpoint in {run_dir / 'checkpoints'}; starting fresh")
-        if dropped:
-            print(f"slmlab train: dropped {dropped} metrics.jsonl records past step {trainer.state.step}")
+        announce_start(trainer, run_dir, ckpt, changes, "train", "starting fresh")
     return trainer
+
+
+def announce_start(trainer: Trainer, run_dir: Path, ckpt, changes: list[str], command: str, fresh: str) -> None:
+    """On the main rank, once the trainer is built: drop ``metrics.jsonl`` records past the checkpoint a
+    resume starts from, and say where the run starts (``resuming from step N``, what changed) or that
+    it starts ``fresh``, as ``slmlab <command>: ...`` lines."""
+    from .metrics import trim_metrics
+
+    dropped = trim_metrics(run_dir / "metrics.jsonl", trainer.state.step)
+    if ckpt is not None:
+        print(f"slmlab {command}: resuming from step {trainer.state.step} (checkpoint {ckpt})")
+        for line in changes:
+            print(f"slmlab {command}: changed on resume: {line}")
+    else:
+        print(f"slmlab {command}: no checkpoint in {run_dir / 'checkpoints'}; {fresh}")
+    if dropped:
+        print(f"slmlab {command}: dropped {dropped} metrics.jsonl records past step {trainer.state.step}")
 
 
 def sample_text(model, tokenizer, prompt: str, max_new_tokens: int, temperature: float, top_k: int, seed: int) -> str:
