@@ -38,8 +38,8 @@ def decode_utf8(data: bytes, origin: str, errors: str = "strict", offset: int = 
 
 
 @dataclass(frozen=True)
-class TextFile:
-    """A ``.txt`` file: one document, named ``label``."""
+class LocalFile:
+    """A local file of a corpus: its ``path``, its name in the corpus (``label``), how to decode it."""
 
     path: Path
     label: str
@@ -48,23 +48,21 @@ class TextFile:
     @property
     def size(self) -> int:
         return self.path.stat().st_size
+
+
+@dataclass(frozen=True)
+class TextFile(LocalFile):
+    """A ``.txt`` file: one document, named ``label``."""
 
     def documents(self) -> Iterator[tuple[str, str]]:
         yield self.label, decode_utf8(self.path.read_bytes(), str(self.path), self.errors)
 
 
 @dataclass(frozen=True)
-class JsonlFile:
+class JsonlFile(LocalFile):
     """A ``.jsonl`` file: one document per line (the string field ``field``), read line by line."""
 
-    path: Path
-    label: str
-    errors: str = "strict"
     field: str = "text"
-
-    @property
-    def size(self) -> int:
-        return self.path.stat().st_size
 
     def documents(self) -> Iterator[tuple[str, str]]:
         offset = 0
@@ -86,18 +84,11 @@ class JsonlFile:
 
 
 @dataclass(frozen=True)
-class ParquetFile:
+class ParquetFile(LocalFile):
     """A ``.parquet`` file: one document per row of the string column ``field``, read a record batch
     at a time (null rows are skipped)."""
 
-    path: Path
-    label: str
-    errors: str = "strict"
     field: str = "text"
-
-    @property
-    def size(self) -> int:
-        return self.path.stat().st_size
 
     def documents(self) -> Iterator[tuple[str, str]]:
         try:
