@@ -268,3 +268,10 @@ def test_a_real_safetensors_write_failure_names_the_path_not_corruption(tmp_path
         save_file({"a": torch.zeros(4)}, str(tmp_path / "file" / "model.safetensors"))
     said = expected_error_message(caught.value)
     assert "a path component is a file" in said and "corrupt" not in said, said
+
+
+@pytest.mark.parametrize("flag, value", [("--max-batches", "0"), ("--batch-size", "0"), ("--block-size", "-3"),
+                                         ("--num-fewshot", "-1")])
+def test_eval_sizes_below_their_range_are_named(run_dir, capsys, flag, value):
+    """`eval --max-batches 0` said 'every label is -100 or the split is empty' after loading the model."""
+    fails(capsys, ["eval", str(run_dir), flag, value], f"{flag} must be >= ")

@@ -46,6 +46,13 @@ def eval_command(argv: list[str]) -> int:
                    help="int8: weight-only int8 linear layers (CPU; docs/quantize.md); a folder written by"
                         " `slmlab quantize` is int8 already")
     args = p.parse_args(argv)
+    for name in ("batch_size", "max_batches", "block_size", "num_fewshot"):
+        value = getattr(args, name)
+        least = 0 if name == "num_fewshot" else 1
+        if value is not None and value < least:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be >= {least}, got {value}; "
+                             + ("leave it out to read the whole split" if name == "max_batches" else f"pass {least} or more"))
     if args.tasks is None and (args.include_path or args.limit or args.num_fewshot is not None):
         raise ValueError("--include-path, --limit and --num-fewshot apply to lm-eval tasks; add --tasks T1,T2")
     if args.tasks is not None:
