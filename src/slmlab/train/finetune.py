@@ -24,10 +24,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .checkpoint import check_checkpoint, list_checkpoints, load_trainer_files, resolve_checkpoint
+from .checkpoint import check_checkpoint, load_trainer_files, resolve_checkpoint
 from .config import RunConfig
-from .distributed import barrier, init_distributed
-from .environment import resolve_device
+from .distributed import barrier
 from .lora import LoraSpec, is_adapter_folder, load_adapter_weights, save_adapter, trainable_share
 from .saved import read_json_object, saved_run_config, trained_context
 from .trainer import Trainer
@@ -124,7 +123,6 @@ def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume:
     from ..data.chat import ensure_chat_template
     from ..data.chat_data import chat_identity
     from ..data.chat_source import ChatSource
-    from .checkpoint import remove_stale_temporaries
     from .lora import add_lora
     from .resume_check import DATA_IDENTITY_FILE, compare_for_resume, read_data_identity
     from .run import (
@@ -132,6 +130,7 @@ def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume:
         build_model,
         check_tokenizer_request,
         needed_vocab,
+        open_run_folder,
         prepare_for_training,
         record_tokenizer,
     )
@@ -144,15 +143,7 @@ def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume:
                          " by keep_checkpoints)")
     if cfg.sample_tokens and lora is not None:
         raise ValueError("sample_tokens: a LoRA fine-tune's report has no sample; talk to it with slmlab chat OUT_DIR")
-    device = resolve_device(cfg.device)
-    dist_info = init_distributed(device)
-    device = resolve_device(cfg.device, dist_info)
-    run_dir = Path(cfg.out_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"out_dir {run_dir} is a file; choose a folder for the run")
-    if dist_info.is_main:
-        remove_stale_temporaries(run_dir / "checkpoints")
-    existing = list_checkpoints(run_dir / "checkpoints")
+    device, dist_info, run_dir, existing = open_run_folder(cfg)
     ckpt = None
     if resume is True:
         ckpt = existing[-1] if existing else None

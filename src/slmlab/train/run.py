@@ -198,19 +198,11 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
         given: the config keys the user set explicitly (a fine-tune refuses a conflicting tokenizer).
     """
     from ..data.sources import data_identity
-    from .checkpoint import check_checkpoint, remove_stale_temporaries
+    from .checkpoint import check_checkpoint
     from .resume_check import DATA_IDENTITY_FILE, compare_for_resume, read_data_identity
 
-    device = resolve_device(cfg.device)
-    dist_info = init_distributed(device)
-    device = resolve_device(cfg.device, dist_info)
-    run_dir = Path(cfg.out_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"out_dir {run_dir} is a file; choose a folder for the run")
-    if dist_info.is_main:
-        remove_stale_temporaries(run_dir / "checkpoints")
+    device, dist_info, run_dir, existing = open_run_folder(cfg)
     ckpt = None
-    existing = list_checkpoints(run_dir / "checkpoints")
     if resume is True:
         ckpt = existing[-1] if existing else None  # nothing to resume yet: start fresh
     elif resume:
@@ -251,6 +243,23 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
     if dist_info.is_main:
         announce_start(trainer, run_dir, ckpt, changes, "train", "starting fresh")
     return trainer
+
+
+def open_run_folder(cfg: RunConfig) -> tuple[torch.device, DistInfo, Path, list[Path]]:
+    """``(device, dist_info, run_dir, checkpoints)`` of a run about to start or resume: the device (after
+    the process group, so each rank gets its own), the run folder (refused when it is a file; stale
+    temporaries of a killed save removed by the main rank) and its checkpoints, oldest first."""
+    from .checkpoint import remove_stale_temporaries
+
+    device = resolve_device(cfg.device)
+    dist_info = init_distributed(device)
+    device = resolve_device(cfg.device, dist_info)
+    run_dir = Path(cfg.out_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"out_dir {run_dir} is a file; choose a folder for the run")
+    if dist_info.is_main:
+        remove_stale_temporaries(run_dir / "checkpoints")
+    return device, dist_info, run_dir, list_checkpoints(run_dir / "checkpoints")
 
 
 def announce_start(trainer: Trainer, run_dir: Path, ckpt, changes: list[str], command: str, fresh: str) -> None:
