@@ -7,6 +7,7 @@ This module parses arguments and prints; each subcommand is one call of
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -72,6 +73,9 @@ def transactions_command(argv: list[str]) -> int:
                            help="continue from the run folder's last checkpoint (same seed, bank and model settings)")
             p.add_argument("--allow-change", metavar="FIELD", action="append", default=[],
                            help="with --resume, accept a change of this protected field (seed, data, ...); repeatable")
+            p.add_argument("--val-windows", type=_positive_int, default=None, metavar="N",
+                           help="validate on a seeded sample of N validation windows (default: all; a large bank's"
+                                " validation period costs minutes of CPU per pass)")
         if name == "pretrain":
             p.add_argument("--max-transactions", type=int, default=None,
                            help="window length T in transactions (default: the preset's, 16 for lfm2_tiny)")
@@ -87,6 +91,10 @@ def transactions_command(argv: list[str]) -> int:
                            help="fraud head inputs: the state, the pretrained heads' per-field surprisal, or both")
             p.add_argument("--head-hidden", type=int, default=None,
                            help="fraud head MLP width (0: logistic; default D/2 for state, 16 otherwise)")
+            p.add_argument("--head-dropout", type=float, default=0.1, help="dropout of the fraud head MLP (default 0.1)")
+            p.add_argument("--tabular", default="none", choices=("none", "rolling"),
+                           help="joint fusion: the fraud head also reads each transaction's rolling features"
+                                " (the HGB-rolling baseline's, from earlier rows only), trained end to end")
             p.add_argument("--label-fraction", type=float, default=1.0,
                            help="keep the labels of this seeded random share of training customers (e.g. 0.1)")
             p.add_argument("--head", default="transaction", choices=HeadNames(), metavar="HEAD",
@@ -106,6 +114,16 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--encoder", default=None, help="pretrained run folder for --label-fraction")
             p.add_argument("--keep-negative", type=float, default=1.0, help="--label-fraction fine-tuning: as finetune's")
             p.add_argument("items", nargs="*", help="--label-fraction fine-tuning: run-config overrides (max_steps=200)")
+            p.add_argument("--also", metavar="NAME=RUN", action="append", default=[],
+                           help="another fine-tuned run folder to report, e.g. joint=runs/ftj (a name starting with"
+                                " 'joint' is judged by criterion 2 beside stacking); repeatable")
+            p.add_argument("--val-windows", type=_positive_int, default=None, metavar="N",
+                           help="--label-fraction fine-tuning: validate on a seeded sample of N windows")
+            p.add_argument("--cache", default=None, metavar="DIR",
+                           help="keep the gradient-boosting scores here and reuse them for the same bank")
+            p.add_argument("--stack-fit", default="both", choices=("both", "validation"),
+                           help="with --stacking: both stacked variants, or only the one fitted on validation (does"
+                                " not score the training period: minutes less on a large bank)")
     a = sub.add_parser("audit", help="print param_count() of a preset")
     a.add_argument("--preset", default="lfm2_small")
     d = sub.add_parser("demo", help="the six-tab Gradio demo on 127.0.0.1 (extra `demo`)")
@@ -120,6 +138,13 @@ def transactions_command(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     return {"generate": _generate, "pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate,
             "score": _score, "audit": _audit, "demo": _demo}[args.sub](args)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _common(args) -> dict:
@@ -144,7 +169,8 @@ def _pretrain(args) -> int:
     files, overrides = split_items(args.items)
     trainer = pipeline.pretrain(args.data, args.out, args.preset, files, overrides, resume=args.resume,
                                allow_change=tuple(args.allow_change),
-                                max_transactions=args.max_transactions, **_common(args))
+                                max_transactions=args.max_transactions, val_windows=args.val_windows,
+                                **_common(args))
     ev = trainer.state.last_eval
     print(f"pretrained {trainer.state.step} steps; validation CE {ev.get('loss', float('nan')):.4f} -> {args.out}")
     for name in trainer.model.feature_names:
@@ -158,10 +184,11 @@ def _finetune(args) -> int:
 
     files, overrides = split_items(args.items)
     options = {k: getattr(args, k) for k in ("keep_negative", "fraud_share", "label_fraction", "loss", "focal_gamma",
-                                             "head_inputs", "head_hidden", "recent_k")}
+                                             "head_inputs", "head_hidden", "head_dropout", "tabular", "recent_k")}
     trainer = pipeline.finetune(args.data, args.out, args.encoder, args.preset, files, overrides, head=args.head,
                                 linear_probe=args.linear_probe, resume=args.resume,
-                                allow_change=tuple(args.allow_change), **_common(args), **options)
+                                allow_change=tuple(args.allow_change), val_windows=args.val_windows,
+                                **_common(args), **options)
     ev = trainer.state.last_eval
     if args.head != "transaction":
         print(f"fine-tuned the {args.head} head {trainer.state.step} steps -> {args.out}")
@@ -180,8 +207,15 @@ def _evaluate(args) -> int:
     from ..transactions import pipeline
 
     files, overrides = split_items(args.items) if args.label_fraction is not None else ([], [])
+    also = {}
+    for item in args.also:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path or name in also:
+            raise ValueError(f"--also takes NAME=RUN with a new name (e.g. joint=runs/ftj), got {item!r}")
+        also[name] = path
     result = pipeline.evaluate(args.data, args.out, args.model, args.bootstrap, args.stacking, args.label_fraction,
-                               args.encoder, args.keep_negative, files, overrides, **_common(args))
+                               args.encoder, args.keep_negative, files, overrides, also=also, cache=args.cache,
+                               stack_fit=args.stack_fit, val_windows=args.val_windows, **_common(args))
     print(Path(args.out, "report.md").read_text())
     return 0 if result else 1
 

@@ -23,9 +23,13 @@ import torch.nn.functional as F
 
 
 def family_forward_inputs(model) -> tuple[str, ...]:
-    """The family's documented extra forward inputs (empty for models outside the registry)."""
+    """The family's documented extra forward inputs; a model outside the registry may name its own in
+    an ``extra_forward_inputs`` attribute (e.g. the joint-fusion fraud model's ``tabular``), else none."""
     from ..models.registry import get_family
 
+    own = getattr(model, "extra_forward_inputs", None)
+    if own is not None:
+        return tuple(own)
     try:
         return tuple(get_family(model.config.model_type).extra_forward_inputs)
     except ValueError:

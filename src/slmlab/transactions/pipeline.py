@@ -105,9 +105,11 @@ def generate_bank(out: str | Path, preset: str = "tiny", seed: int | None = None
 # -- pretrain / finetune -------------------------------------------------------------------------------------
 def pretrain(data: str | Path, out: str | Path, preset: str = "lfm2_tiny", files=(), overrides=(), device: str = "auto",
              threads: int = 0, customer_disjoint: bool = False, resume: bool = False,
-             max_transactions: int | None = None, allow_change: tuple[str, ...] = ()) -> Trainer:
+             max_transactions: int | None = None, allow_change: tuple[str, ...] = (),
+             val_windows: int | None = None) -> Trainer:
     """Pretrain an encoder of ``preset`` on the bank ``data`` into the run folder ``out``; returns the
-    harness's ``Trainer`` (``state.last_eval``: the validation report)."""
+    harness's ``Trainer`` (``state.last_eval``: the validation report on all validation windows, or on a
+    seeded sample of ``val_windows``)."""
     setup(threads, device)
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; use one of {sorted(PRESETS)}")
@@ -115,19 +117,19 @@ def pretrain(data: str | Path, out: str | Path, preset: str = "lfm2_tiny", files
         check_fresh_or_resume(out, resume)
     bank = load_prepared_bank(data, preset_schema(preset), customer_disjoint)
     return training.pretrain(bank, preset, out, [f"device={device}", *overrides], resume=resume, files=list(files),
-                             max_transactions=max_transactions, allow_change=allow_change)
+                             max_transactions=max_transactions, allow_change=allow_change, val_windows=val_windows)
 
 
 def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = None, preset: str = "lfm2_tiny",
              files=(), overrides=(), device: str = "auto", threads: int = 0, customer_disjoint: bool = False,
              head: str = "transaction", linear_probe: bool = False, resume: bool = False,
-             allow_change: tuple[str, ...] = (), **options) -> Trainer:
+             allow_change: tuple[str, ...] = (), val_windows: int | None = None, **options) -> Trainer:
     """Fine-tune the head ``head`` (a name of :data:`~slmlab.transactions.heads.HEADS`) from the
     pretrained run folder ``encoder`` (else from scratch) on the bank ``data`` into ``out``; returns
-    the harness's ``Trainer``.
+    the harness's ``Trainer`` (``val_windows``: validate on a seeded sample of that many windows).
 
     ``options``: the command's head options (``keep_negative``, ``fraud_share``, ``label_fraction``,
-    ``loss``, ``focal_gamma``, ``head_inputs``, ``head_hidden``, ``recent_k``); each head takes the ones
+    ``loss``, ``focal_gamma``, ``head_inputs``, ``head_hidden``, ``head_dropout``, ``tabular``, ``recent_k``); each head takes the ones
     its spec names (``data_options``, ``cli_options``) and ignores the others."""
     spec = head_spec(head)
     known = {"keep_negative", "fraud_share", "label_fraction", "seed"} | {k for s in HEADS.values() for k in s.cli_options}
@@ -144,21 +146,27 @@ def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = Non
     window_options = {k: v for k, v in options.items() if k in spec.data_options}
     head_config = {field: options[opt] for opt, field in spec.cli_options.items() if opt in options}
     return training.finetune(bank, out, model, preset, [f"device={device}", *overrides], linear_probe, files=list(files),
-                             head=head, resume=resume, allow_change=allow_change, **window_options, **head_config)
+                             head=head, resume=resume, allow_change=allow_change, val_windows=val_windows,
+                             **window_options, **head_config)
 
 
 # -- evaluate / score ----------------------------------------------------------------------------------------
 def evaluate(data: str | Path, out: str | Path, model: str | Path | None = None, bootstrap: int = 1000,
              stacking: bool = False, label_fraction: float | None = None, encoder: str | Path | None = None,
              keep_negative: float = 1.0, files=(), overrides=(), device: str = "auto", threads: int = 0,
-             customer_disjoint: bool = False) -> dict:
+             customer_disjoint: bool = False, also: dict[str, str] | None = None, cache: str | Path | None = None,
+             stack_fit: str = "both", val_windows: int | None = None) -> dict:
     """The test-period report of the fine-tuned run folder ``model`` (omitted: the baselines only) on
     the bank ``data`` against gradient boosting, written to ``out`` (``report.md``, ``metrics.json``,
     ``pr_curve.png``); returns the metrics.
 
     ``stacking`` adds the stacked models; ``label_fraction`` with ``encoder`` (a pretrained run folder)
     first fine-tunes from it and from scratch on that share of the labels (``keep_negative``, ``files``
-    and ``overrides`` as ``finetune``'s) and reports both."""
+    and ``overrides`` as ``finetune``'s) and reports both. ``also``: further fine-tuned run folders by
+    report name (e.g. ``{"joint": "runs/ftj"}``: a name starting with ``joint`` enters criterion 2);
+    ``cache``: a folder keeping the boosters' scores between evaluations of the same bank;
+    ``stack_fit``: ``both`` stacked variants, or ``validation`` only (no scoring of the training period);
+    ``val_windows``: the few-label pair validates on a seeded sample of that many windows."""
     device = setup(threads, device)
     check_out_dir(out)
     if stacking and not model:
@@ -169,10 +177,20 @@ def evaluate(data: str | Path, out: str | Path, model: str | Path | None = None,
     if label_fraction is not None:
         label_customers([], label_fraction)  # fail before loading anything
         require_encoder(encoder)
+    if stack_fit not in STACK_FIT_CHOICES:
+        raise ValueError(f"--stack-fit must be one of {sorted(STACK_FIT_CHOICES)}, got {stack_fit!r}")
+    for name, path in (also or {}).items():
+        require_fraud_model(path, f"--also {name}")
     if model:
         require_fraud_model(model)
     fraud = load_model(model, TransactionFraudModel).to(device) if model else None
-    schema = fraud.config.fitted_schema if fraud is not None else preset_schema("lfm2_tiny")
+    extras = {name: load_model(path, TransactionFraudModel).to(device) for name, path in (also or {}).items()}
+    reference = fraud if fraud is not None else next(iter(extras.values()), None)
+    for name, extra in extras.items():
+        if extra.config.schema != reference.config.schema:
+            raise ValueError(f"--also {name} holds another fitted schema than --model; fine-tune both from the same"
+                             " encoder (the bank is tokenised once, with one schema)")
+    schema = reference.config.fitted_schema if reference is not None else preset_schema("lfm2_tiny")
     models, pairs = {}, []
     if label_fraction is not None:
         label_customers([], label_fraction)  # fail before loading anything
@@ -182,12 +200,17 @@ def evaluate(data: str | Path, out: str | Path, model: str | Path | None = None,
                              " fine-tuned from")
         bank = load_prepared_bank(data, enc.config.fitted_schema, customer_disjoint)
         models = training.finetune_label_fraction_pair(bank, Path(out, "label_fraction"), enc, label_fraction,
-                                                       [f"device={device}", *overrides], keep_negative, files=list(files))
+                                                       [f"device={device}", *overrides], keep_negative, files=list(files),
+                                                       val_windows=val_windows)
         pairs = [("lf_pretrained", "lf_scratch")]
     else:
         bank = load_prepared_bank(data, schema, customer_disjoint)
+    models.update(extras)
     return evaluate_models(bank, fraud, out, bootstrap, device=device, progress=True, stacking=stacking,
-                           models=models, pairs=pairs)
+                           models=models, pairs=pairs, cache_dir=cache, stack_fits=STACK_FIT_CHOICES[stack_fit])
+
+
+STACK_FIT_CHOICES = {"both": ("stacked", "stacked_val"), "validation": ("stacked_val",)}
 
 
 def score(data: str | Path, out: str | Path, model: str | Path | None = None, device: str = "auto",

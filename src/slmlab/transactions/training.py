@@ -14,7 +14,7 @@ from ..train.checkpoint import list_checkpoints
 from ..train.config import load_config
 from ..train.trainer import Trainer
 from .data.bank import Bank, label_customers
-from .data.windows import TransactionWindows, WindowOptions
+from .data.windows import TransactionWindows, WindowOptions, sample_windows
 from .evaluation.pretrain import pretrain_report, unigram_counts
 from .heads import TransactionFraudModel, head_spec
 from .model import TransactionEncoder, TxnEncoderConfig
@@ -36,31 +36,40 @@ def _run_config(defaults: dict, out_dir: str | Path, overrides: list[str], files
     return load_config(list(files), list(overrides), base=base)
 
 
+def _sampled(val_windows: int | None) -> dict:
+    """The run identity's entry for a validation sample (none for the whole split, as before it existed)."""
+    return {} if val_windows is None else {"val_windows": int(val_windows)}
+
+
 def pretrain(bank: Bank, preset: str, out_dir: str | Path, overrides: list[str] = (), resume: bool = False,
              model: TransactionEncoder | None = None, files: list[str] = (),
-             max_transactions: int | None = None, allow_change: tuple[str, ...] = ()) -> Trainer:
+             max_transactions: int | None = None, allow_change: tuple[str, ...] = (),
+             val_windows: int | None = None) -> Trainer:
     """Pretrain an encoder of ``preset`` on the bank's training windows (stride ``T // 2``);
     validation reports per-feature CE against the training and customer-history unigrams.
     ``max_transactions`` sets the window length ``T`` (default: the preset's); fine-tuning and
-    scoring read ``T`` back from the saved encoder config.
+    scoring read ``T`` back from the saved encoder config. ``val_windows``: validate on a seeded sample
+    of that many validation windows (default: all of them; a large bank's validation period costs
+    minutes of CPU per pass).
 
     The run folder is :mod:`.run_folder`'s: locked while the run lasts, refused when it already holds a
     run unless ``resume`` (which refuses a changed seed, bank or model and trims ``metrics.jsonl``)."""
     length = {} if max_transactions is None else {"max_transactions": max_transactions}
-    identity = {"stage": "pretrain", "preset": preset, **length}
+    identity = {"stage": "pretrain", "preset": preset, **length, **_sampled(val_windows)}
     cfg = _run_config(PRETRAIN_DEFAULTS, out_dir, overrides, files, bank, identity)
     with run_lock(out_dir):
         check_fresh_or_resume(out_dir, resume)
-        return _pretrain(bank, preset, cfg, resume, model, length, allow_change)
+        return _pretrain(bank, preset, cfg, resume, model, length, allow_change, val_windows)
 
 
 def _pretrain(bank: Bank, preset: str, cfg, resume: bool, model: TransactionEncoder | None, length: dict,
-              allow_change: tuple[str, ...]) -> Trainer:
+              allow_change: tuple[str, ...], val_windows: int | None = None) -> Trainer:
     out_dir = cfg.out_dir
     torch.manual_seed(cfg.seed)
     model = model or TransactionEncoder(TxnEncoderConfig.from_preset(preset, schema=bank.fitted, **length))
     T = model.config.max_transactions
-    windows = {"train": bank.windows(T, T // 2, "train"), "validation": bank.windows(T, T // 2, "validation")}
+    windows = {"train": bank.windows(T, T // 2, "train"),
+               "validation": sample_windows(bank.windows(T, T // 2, "validation"), val_windows, cfg.seed)}
     source = TransactionWindows(windows)
     counts = unigram_counts(windows["train"], list(model.config.schema_config.vocab_sizes))
     bs = cfg.eval_batch_size or cfg.batch_size
@@ -78,7 +87,8 @@ def _pretrain(bank: Bank, preset: str, cfg, resume: bool, model: TransactionEnco
 def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None = None, preset: str = "lfm2_tiny",
              overrides: list[str] = (), linear_probe: bool = False, keep_negative: float = 1.0, seed: int = 0,
              files: list[str] = (), fraud_share: float = 0.0, label_fraction: float = 1.0, head: str = "transaction",
-             resume: bool = False, allow_change: tuple[str, ...] = (), **head_config) -> Trainer:
+             resume: bool = False, allow_change: tuple[str, ...] = (), val_windows: int | None = None,
+             **head_config) -> Trainer:
     """Fine-tune the head ``head`` of :data:`~slmlab.transactions.heads.HEADS` (default the
     per-transaction fraud head) from ``encoder`` (else from scratch).
 
@@ -97,19 +107,20 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     identity = {"stage": "finetune", "head": head, "preset": preset if encoder is None else None,
                 "encoder": getattr(encoder.config, "_name_or_path", "") or None if encoder is not None else None,
                 "linear_probe": bool(linear_probe), "keep_negative": keep_negative, "window_seed": seed,
-                "fraud_share": fraud_share, "label_fraction": label_fraction, **head_config}
+                "fraud_share": fraud_share, "label_fraction": label_fraction, **_sampled(val_windows), **head_config}
     cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files, bank, identity)
     with run_lock(out_dir):
         check_fresh_or_resume(out_dir, resume)
         return _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fraud_share, label_fraction,
-                         spec, resume, allow_change, head_config)
+                         spec, resume, allow_change, head_config, val_windows)
 
 
 def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fraud_share, label_fraction, spec, resume,
-              allow_change, head_config) -> Trainer:
+              allow_change, head_config, val_windows=None) -> Trainer:
     torch.manual_seed(cfg.seed)
     T = encoder.config.max_transactions if encoder is not None else TxnEncoderConfig.from_preset(preset).max_transactions
     windows, fixed = spec.windows(bank, T, WindowOptions(keep_negative, fraud_share, label_fraction, seed), head_config)
+    windows["validation"] = sample_windows(windows["validation"], val_windows, cfg.seed)
     config = {**head_config, **fixed, "freeze_backbone": linear_probe}
     if encoder is None:
         model = spec.model_class(spec.config_class.from_preset(preset, schema=bank.fitted, **config))
@@ -117,7 +128,17 @@ def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fra
         model = spec.model_class.from_encoder(encoder, **config)
     source = TransactionWindows(windows, partial(spec.labels, config=model.config))
     bs = cfg.eval_batch_size or cfg.batch_size
-    trainer = Trainer(cfg, model, source, evaluator=lambda m, split: spec.evaluate(m, windows[split], bs))
+    # with a validation sample, each evaluation also scores as many training windows: the train-vs-validation
+    # gap of the metrics.jsonl lines shows memorising (fraud windows repeated by fraud_share) as it happens
+    probe = sample_windows(windows["train"], val_windows, cfg.seed) if val_windows else None
+
+    def evaluator(m, split):
+        out = spec.evaluate(m, windows[split], bs)
+        if probe is not None:
+            out.update({f"train_{k}": v for k, v in spec.evaluate(m, probe, bs).items() if k != "acc"})
+        return out
+
+    trainer = Trainer(cfg, model, source, evaluator=evaluator)
     resume_run(trainer, cfg, resume, allow_change)
     model.config.fitted_schema.save(Path(cfg.out_dir))  # as pretraining: the run folder says how to tokenise a bank
     trainer.train()
@@ -126,11 +147,12 @@ def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fra
 
 def finetune_label_fraction_pair(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder,
                                  label_fraction: float, overrides: list[str] = (), keep_negative: float = 1.0,
-                                 seed: int = 0, files: list[str] = ()) -> dict[str, TransactionFraudModel]:
+                                 seed: int = 0, files: list[str] = (),
+                                 val_windows: int | None = None) -> dict[str, TransactionFraudModel]:
     """Does pretraining pay with few labels? Fine-tune twice with one recipe, budget and label subset:
     from ``encoder`` (``lf_pretrained``, in ``out_dir/pretrained``) and from a freshly initialised
     encoder of the same architecture and schema (``lf_scratch``, in ``out_dir/scratch``). Returns the
-    two trained models."""
+    two trained models (``val_windows``: validation on a seeded sample, as :func:`finetune`'s)."""
     label_customers([], label_fraction)  # validate before minutes of training
     torch.manual_seed(seed)
     scratch = TransactionEncoder(TxnEncoderConfig(**encoder.config.encoder_dict()))
@@ -139,6 +161,6 @@ def finetune_label_fraction_pair(bank: Bank, out_dir: str | Path, encoder: Trans
         if list_checkpoints(Path(out_dir, name, "checkpoints")):  # this report folder's earlier pair: replaced
             shutil.rmtree(Path(out_dir, name))
         trainer = finetune(bank, Path(out_dir, name), enc, overrides=overrides, keep_negative=keep_negative,
-                           seed=seed, files=files, label_fraction=label_fraction)
+                           seed=seed, files=files, label_fraction=label_fraction, val_windows=val_windows)
         out[f"lf_{name}"] = trainer.model
     return out

@@ -14,7 +14,7 @@ training-window selection of the fraud heads.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -44,9 +44,18 @@ class WindowBatch:
     labels: torch.Tensor
     host: Windows
     start: int
+    tabular: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """The model's inputs: ``input_ids``, ``attention_mask`` (and ``tabular``, float ``[b, T, K]``,
+        when the windows carry row features: the joint-fusion head reads them)."""
+        out = {"input_ids": self.ids, "attention_mask": self.txn_mask}
+        if self.tabular is not None:
+            out["tabular"] = self.tabular
+        return out
 
     @property
     def rows(self) -> np.ndarray:
@@ -73,6 +82,10 @@ class Windows:
         score_from: int64 ``[B]``: positions ``t >= score_from`` are the ones this window scores in
             streaming inference (each transaction exactly once).
 
+        row_features: float32 ``[N_rows, K]`` or None: one row per row of the customer-grouped table
+            (what ``rows`` indexes), shared by every window rather than stacked per window; batches
+            gather it into ``tabular`` (:func:`gather_rows`).
+
     Pair windows (two windows per entry, :func:`~slmlab.transactions.heads.customer.window_pairs`)
     carry a pair axis after the first: ``ids [B, 2, T, F]`` and so on.
     """
@@ -82,13 +95,20 @@ class Windows:
     labels: np.ndarray
     rows: np.ndarray
     score_from: np.ndarray
+    row_features: np.ndarray | None = None
+
+    PER_WINDOW = ("ids", "txn_mask", "labels", "rows", "score_from")
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def take(self, idx: np.ndarray) -> Windows:
         """The windows at ``idx`` (an index array, repeats allowed; or a boolean mask), in that order."""
-        return Windows(*(getattr(self, f.name)[idx] for f in fields(self)))
+        return Windows(*(getattr(self, name)[idx] for name in self.PER_WINDOW), row_features=self.row_features)
+
+    def with_row_features(self, table: np.ndarray | None) -> Windows:
+        """The same windows carrying ``table`` (``[N_rows, K]``, see the class) as their row features."""
+        return Windows(*(getattr(self, name) for name in self.PER_WINDOW), row_features=table)
 
     def batches(self, batch_size: int, device: torch.device | str = "cpu") -> Iterator[WindowBatch]:
         """Every window exactly once, in order, ``batch_size`` at a time (the last batch may be
@@ -96,15 +116,23 @@ class Windows:
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         for s in range(0, len(self), int(batch_size)):
-            host = Windows(*(getattr(self, f.name)[s:s + int(batch_size)] for f in fields(self)))
+            host = self.take(slice(s, s + int(batch_size)))
             ids = torch.from_numpy(host.ids).to(device)
             mask = torch.from_numpy(host.txn_mask).to(device)
             labels = torch.from_numpy(host.labels.astype(np.int64)).to(device)
-            yield WindowBatch(ids, mask, labels, host, s)
+            tab = None if self.row_features is None else gather_rows(self.row_features, host.rows).to(device)
+            yield WindowBatch(ids, mask, labels, host, s, tab)
 
     def num_batches(self, batch_size: int) -> int:
         """How many batches :meth:`batches` yields."""
         return -(-len(self) // int(batch_size))
+
+
+def gather_rows(table: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+    """float32 ``[..., K]``: ``table[rows]`` with zeros where ``rows`` is -1 (padding)."""
+    out = table[np.maximum(rows, 0)]
+    out[rows < 0] = 0.0
+    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
 
 
 def build_windows(encoded: dict[str, np.ndarray], T: int = 64, stride: int = 32,
@@ -155,6 +183,17 @@ def build_windows(encoded: dict[str, np.ndarray], T: int = 64, stride: int = 32,
                        np.zeros((0, T), np.int64), np.zeros(0, np.int64))
     return Windows(np.stack(ids_out), np.stack(mask_out), np.stack(lab_out), np.stack(row_out),
                    np.asarray(score_out, np.int64))
+
+
+def sample_windows(windows: Windows, n: int | None, seed: int = 0) -> Windows:
+    """A seeded sample of ``n`` of ``windows``, in their order (all of them when ``n`` is None or at least
+    their number): validation on a large bank reads a fixed sample instead of every window."""
+    if n is None or n >= len(windows):
+        return windows
+    if int(n) < 1:
+        raise ValueError(f"the validation sample needs at least 1 window, got {n!r}; leave it out to use every window")
+    idx = np.sort(np.random.default_rng(seed).choice(len(windows), int(n), replace=False))
+    return windows.take(idx)
 
 
 def balance_windows(windows: Windows, keep_negative: float = 1.0, fraud_share: float = 0.0, seed: int = 0) -> Windows:
@@ -242,4 +281,6 @@ class TransactionWindows(DataSource):
         mask = torch.from_numpy(w.txn_mask[rows])
         out = {"input_ids": ids, "attention_mask": mask.repeat_interleave(self.F, dim=-1).long()}
         out["labels"] = self.make_labels(ids, mask, torch.from_numpy(w.labels[rows].astype(np.int64)))
+        if w.row_features is not None:
+            out["tabular"] = gather_rows(w.row_features, w.rows[rows])
         return out

@@ -145,6 +145,10 @@ def load_state(checkpoint: str | Path, data: str | Path, baselines: bool = True)
         raise ValueError(f"checkpoint {checkpoint} does not exist; pass a fine-tuned run folder or use --quick")
     ckpt = resolve_checkpoint(checkpoint)
     model = TransactionFraudModel.from_pretrained(str(ckpt))
+    if getattr(model.config, "tabular_features", None) is not None:
+        raise ValueError(f"checkpoint {checkpoint} is a joint-fusion model (it reads rolling features the demo's"
+                         " edited histories do not carry); show a sequence-only fraud model, and score this one"
+                         " with `slmlab transactions score` or `evaluate --also`")
     schema_file = next((p / "schema.fitted.json" for p in (checkpoint, ckpt) if (p / "schema.fitted.json").is_file()),
                        None)
     fitted = FittedSchema.load(schema_file) if schema_file is not None else model.config.fitted_schema

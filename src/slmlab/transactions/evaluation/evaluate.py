@@ -22,9 +22,9 @@ import numpy as np
 
 from .._deps import pd
 from ..data.bank import Bank
-from .baseline import HGB_VARIANTS, hgb_scores
+from .baseline import HGB_VARIANTS, cached_hgb_scores, data_key
 from .score import score_bank, score_embed_bank
-from .stacking import stacked_scores
+from .stacking import STACK_FITS, stacked_scores
 
 
 def recall_at_fpr(y: np.ndarray, s: np.ndarray, fpr_max: float, w: np.ndarray | None = None) -> float:
@@ -177,7 +177,8 @@ def _ci(values) -> list[float]:
 
 def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = None, n_boot: int = 1000,
                     device="cpu", extra: dict | None = None, progress: bool = False, stacking: bool = False,
-                    models: dict | None = None, pairs: list[tuple[str, str]] = ()) -> dict:
+                    models: dict | None = None, pairs: list[tuple[str, str]] = (), cache_dir: str | Path | None = None,
+                    stack_fits: tuple[str, ...] = ("stacked", "stacked_val")) -> dict:
     """Score the test period with every model, compute the metrics and write the report folder
     (``report.md``, ``metrics.json``, ``pr_curve.png``). Returns the metrics dict.
 
@@ -185,7 +186,13 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         stacking: also the stacked models of :mod:`slmlab.transactions.evaluation.stacking` (needs ``fraud_model``;
             its scores then come from the same one-pass scoring of every row).
         models: further fraud models (name -> model) scored like ``fraud_model``, e.g. the
-            label-fraction pair; ``pairs``: further paired differences to bootstrap.
+            label-fraction pair or a joint-fusion model; ``pairs``: further paired differences to bootstrap.
+        cache_dir: where the gradient-boosting scores are kept between evaluations of the same bank
+            (:func:`~.baseline.cached_hgb_scores`; None: always fitted).
+        stack_fits: the stacked variants (:data:`~.stacking.STACK_FITS` names). Without ``stacked`` (fitted
+            on the training period) only the validation and test rows are scored, and the customer
+            embedding's PCA is fitted on the validation rows the booster is fitted on: on a large bank
+            this skips scoring the whole training period with the sequence model.
     """
     if stacking and fraud_model is None:
         raise ValueError("stacking needs the fine-tuned fraud model; pass --model (a fine-tuned run folder)")
@@ -196,14 +203,17 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         test &= df["customer_id"].isin(bank.holdout).to_numpy()
     timings, info = {}, {}
     all_scores: dict[str, np.ndarray] = {}
+    key = data_key(bank) if cache_dir is not None else None
     for name, kw in HGB_VARIANTS.items():
-        all_scores[name], info[name] = hgb_scores(bank, **kw)
+        all_scores[name], info[name] = cached_hgb_scores(bank, name, kw, cache_dir, key)
         timings[name] = info[name]["total_seconds"]
     if fraud_model is not None and stacking:
         t0 = time.perf_counter()
-        all_scores["sequence"], emb = score_embed_bank(fraud_model, bank, device=device, progress=progress)
-        timings["sequence_scoring_all_rows"] = time.perf_counter() - t0
-        stacked, stack_info = stacked_scores(bank, all_scores["sequence"], emb)
+        fits = {name: STACK_FITS[name] for name in stack_fits}
+        since = None if "stacked" in fits else bank.cuts["val_start"]
+        all_scores["sequence"], emb = score_embed_bank(fraud_model, bank, device=device, progress=progress, since=since)
+        timings["sequence_scoring_all_rows" if since is None else "sequence_scoring"] = time.perf_counter() - t0
+        stacked, stack_info = stacked_scores(bank, all_scores["sequence"], emb, fits)
         all_scores.update(stacked)
         info.update(stack_info)
         timings.update({k: v["total_seconds"] for k, v in stack_info.items()})
@@ -240,7 +250,7 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         result["models"][name] = m
     seq_pairs = [("sequence", "hgb_rolling"), ("sequence", "hgb_raw")] if fraud_model is not None else []
     pairs = [*seq_pairs, ("hgb_rolling", "hgb_raw"), ("hgb_rolling_risk", "hgb_rolling"),
-             *[(name, "hgb_rolling") for name in all_scores if name.startswith("stacked")], *pairs]
+             *[(name, "hgb_rolling") for name in all_scores if name.startswith(FUSED)], *pairs]
     result["bootstrap"] = bootstrap(y, {k: v[test] for k, v in all_scores.items()}, df["customer_id"].to_numpy()[test],
                                     n_boot, pairs=pairs)
     result["hgb"] = {k: {kk: vv for kk, vv in v.items() if kk != "features"} for k, v in info.items()}
@@ -298,6 +308,7 @@ def _criterion(result: dict, name: str, a: str, b: str, min_pr: float, min_recal
     return out
 
 
+FUSED = ("stacked", "joint")  # the models that combine the sequence model with the rolling features (criterion 2)
 CRITERIA_MARGINS = {"1 parity": -0.01, "2 useful": 0.03, "2 useful (recall)": 0.05, "3 strong": 0.03,
                     "4 pretraining pays": 0.05}
 
@@ -306,8 +317,9 @@ def usefulness_criteria(result: dict) -> list[dict]:
     """When the sequence model counts as useful, on the test set with paired customer-bootstrap CIs:
 
     1. parity: sequence - HGB-rolling PR-AUC >= -0.01;
-    2. useful: stacked - HGB-rolling PR-AUC >= +0.03, or recall at 0.1% FPR >= +0.05 (for each
-       stacked variant present);
+    2. useful: stacked (or joint fusion) - HGB-rolling PR-AUC >= +0.03, or recall at 0.1% FPR >= +0.05
+       (for each stacked variant and each joint-fusion model present: names starting with ``stacked`` or
+       ``joint``);
     3. strong: sequence - HGB-rolling PR-AUC >= +0.03;
     4. pretraining pays: with a fraction of the labels, pretrained - from-scratch PR-AUC >= +0.05.
 
@@ -320,7 +332,7 @@ def usefulness_criteria(result: dict) -> list[dict]:
     m = CRITERIA_MARGINS
     out = [_criterion(result, "1 parity", "sequence", "hgb_rolling", m["1 parity"])]
     for name in result["models"]:
-        if name.startswith("stacked"):
+        if name.startswith(FUSED):
             out.append(_criterion(result, f"2 useful ({name})", name, "hgb_rolling", m["2 useful"],
                                   m["2 useful (recall)"]))
     out.append(_criterion(result, "3 strong", "sequence", "hgb_rolling", m["3 strong"]))

@@ -12,6 +12,7 @@ import torch
 
 from .._deps import pd
 from ..data.bank import Bank
+from ..data.features import tabular_table
 from ..data.windows import Windows, build_windows
 from ..heads.customer import CustomerEmbeddingHead, summary_states
 
@@ -33,7 +34,7 @@ def score_windows(model, windows: Windows, batch_size: int = 64, device: torch.d
     model.eval()
     rows_out, scores_out = [], []
     for batch in _progress(windows, batch_size, device, progress, "scoring"):
-        prob = torch.sigmoid(model(input_ids=batch.ids, attention_mask=batch.txn_mask).logits.float()).cpu().numpy()
+        prob = torch.sigmoid(model(**batch.inputs()).logits.float()).cpu().numpy()
         keep = batch.scored
         rows_out.append(batch.rows[keep])
         scores_out.append(prob[keep])
@@ -42,12 +43,20 @@ def score_windows(model, windows: Windows, batch_size: int = 64, device: torch.d
     return np.concatenate(rows_out), np.concatenate(scores_out)
 
 
+def bank_windows(model, bank: Bank, since=None) -> Windows:
+    """The streaming windows of ``bank`` for ``model`` (``T`` from its config; rows at or after ``since``
+    scored), carrying the rows' tabular features when ``model`` fuses them (joint fusion: the names its
+    config holds, computed from the bank)."""
+    T = model.config.max_transactions
+    lo = bank.count_before(since) if since is not None else None
+    w = build_windows(bank.encoded(), T, T // 2, row_offsets=bank.starts, min_end=lo)
+    names = getattr(model.config, "tabular_features", None)
+    return w if names is None else w.with_row_features(tabular_table(bank, names)[1])
+
+
 def score_bank(model, bank: Bank, since=None, batch_size: int = 64, device="cpu", progress: bool = False) -> np.ndarray:
     """Scores ``[N]`` for the rows of ``bank`` at or after ``since`` (NaN elsewhere)."""
-    T = model.config.max_transactions
-    enc = bank.encoded()
-    lo = bank.count_before(since) if since is not None else None
-    w = build_windows(enc, T, T // 2, row_offsets=bank.starts, min_end=lo)
+    w = bank_windows(model, bank, since)
     rows, scores = score_windows(model, w, batch_size, device, progress)
     out = np.full(len(bank.df), np.nan)
     out[rows] = scores
@@ -122,7 +131,7 @@ def score_embed_windows(model, windows: Windows, batch_size: int = 64, device: t
     for batch in _progress(windows, batch_size, device, progress, "scoring + embedding"):
         ids, mask = batch.ids, batch.txn_mask
         hidden = model.encoder.backbone_forward(ids, mask)
-        prob = torch.sigmoid(model.fraud_head(hidden, ids, mask).float()).cpu().numpy()
+        prob = torch.sigmoid(model.fraud_head(hidden, ids, mask, batch.tabular).float()).cpu().numpy()
         emb = embed(hidden, mask, F).float().cpu().numpy()
         keep = batch.scored
         rows_out.append(batch.rows[keep])
@@ -133,11 +142,11 @@ def score_embed_windows(model, windows: Windows, batch_size: int = 64, device: t
     return np.concatenate(rows_out), np.concatenate(scores_out), np.concatenate(emb_out)
 
 
-def score_embed_bank(model, bank: Bank, batch_size: int = 64, device="cpu",
-                     progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Scores ``[N]`` and prefix embeddings ``[N, dim]`` (float32) for every row of ``bank``, streaming."""
-    T = model.config.max_transactions
-    w = build_windows(bank.encoded(), T, T // 2, row_offsets=bank.starts)
+def score_embed_bank(model, bank: Bank, batch_size: int = 64, device="cpu", progress: bool = False,
+                     since=None) -> tuple[np.ndarray, np.ndarray]:
+    """Scores ``[N]`` and prefix embeddings ``[N, dim]`` (float32) for every row of ``bank`` (or those at
+    or after ``since``; NaN elsewhere), streaming."""
+    w = bank_windows(model, bank, since)
     rows, scores, emb = score_embed_windows(model, w, batch_size, device, progress)
     out_s = np.full(len(bank.df), np.nan)
     out_e = np.full((len(bank.df), emb.shape[1]), np.nan, np.float32)

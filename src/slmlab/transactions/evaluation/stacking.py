@@ -102,7 +102,11 @@ def stacked_scores(bank: Bank, seq_scores: np.ndarray, emb: np.ndarray,
     if len(seq_scores) != len(bank.df) or len(emb) != len(bank.df):
         raise ValueError(f"scores and embeddings must have one row per bank row ({len(bank.df)}), got"
                          f" {len(seq_scores)} and {len(emb)}; score the whole bank with score_embed_bank")
-    cols = stack_columns(seq_scores, pca_features(emb, training_period_rows(bank)))
+    # the PCA is fitted where the boosters are: the training period, or (validation fits only: the
+    # training period was not scored) the validation rows they are fitted on
+    pca_rows = training_period_rows(bank) if "stacked" in fits else np.unique(np.concatenate(
+        [split(bank)[0] for split in fits.values()]))
+    cols = stack_columns(seq_scores, pca_features(emb, pca_rows))
     scores, info = {}, {}
     for name, split in fits.items():
         scores[name], info[name] = hgb_scores(bank, rolling=True, extra=cols, split=split)

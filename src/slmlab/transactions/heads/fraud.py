@@ -9,7 +9,9 @@ which in real-time scoring comes after the score) and all earlier transactions. 
 for Dense Object Detection", arXiv:1708.02002). ``freeze_backbone`` (linear-probe mode) freezes the
 embedding and the backbone at construction. The config's ``fraud_head_inputs`` chooses the head once:
 ``state`` (this MLP on the state), ``surprisal`` or ``both`` (:class:`SurprisalFraudHead`: the
-pretrained heads' surprisal of each field before the score field, alone or with the state).
+pretrained heads' surprisal of each field before the score field, alone or with the state); a config
+naming ``tabular_features`` chooses the joint-fusion head instead (:class:`~.joint.JointFraudHead`: the
+state together with the transaction's rolling features, trained end to end).
 
 Training data (:func:`training_windows`): windows ending in train with the labels known by the end of
 train (optionally only a seeded share of the customers labelled), rebalanced by
@@ -29,12 +31,15 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from ..data.bank import Bank, label_customers, windows_of_customers
+from ..data.features import tabular_table
 from ..data.windows import WindowOptions, Windows, balance_windows
 from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
+from .joint import JointFraudHead, fit_normaliser
 from .surprisal import HEAD_INPUTS, SurprisalFraudHead
 
 IGNORE = -100
 FRAUD_LOSSES = ("bce", "focal")
+TABULAR_CHOICES = ("none", "rolling")
 
 
 class TransactionFraudConfig(TxnHeadConfig):
@@ -50,21 +55,41 @@ class TransactionFraudConfig(TxnHeadConfig):
             arXiv:1708.02002).
         focal_gamma: the focusing exponent of the focal loss (``>= 0``; 0 is plain weighted BCE).
         fraud_head_inputs: ``state``, ``surprisal`` or ``both`` (see the module docstring).
+        fraud_tabular: ``none`` or ``rolling``: fine-tuning fuses the rolling features (joint fusion); it
+            fills the three fields below from the training rows.
+        tabular_features, tabular_center, tabular_scale: the fused features' names and normaliser
+            (:class:`~.joint.JointFraudHead`); None = no fusion.
         freeze_backbone, **kwargs: :class:`~slmlab.transactions.model.TxnHeadConfig`'s.
     """
 
     model_type = "slmlab_txn_fraud"
-    HEAD_FIELDS = ("fraud_hidden", "fraud_dropout", "pos_weight", "fraud_loss", "focal_gamma", "fraud_head_inputs")
+    HEAD_FIELDS = ("fraud_hidden", "fraud_dropout", "pos_weight", "fraud_loss", "focal_gamma", "fraud_head_inputs",
+                   "fraud_tabular", "tabular_features", "tabular_center", "tabular_scale")
 
     def __init__(self, fraud_hidden: int | None = None, fraud_dropout: float = 0.1, pos_weight: float = 1.0,
-                 fraud_loss: str = "bce", focal_gamma: float = 2.0, fraud_head_inputs: str = "state", **kwargs) -> None:
+                 fraud_loss: str = "bce", focal_gamma: float = 2.0, fraud_head_inputs: str = "state",
+                 fraud_tabular: str = "none", tabular_features: list[str] | None = None,
+                 tabular_center: list[float] | None = None, tabular_scale: list[float] | None = None,
+                 **kwargs) -> None:
         self.fraud_hidden = fraud_hidden
         self.fraud_dropout = float(fraud_dropout)
         self.pos_weight = float(pos_weight)
         self.fraud_loss = str(fraud_loss)
         self.focal_gamma = float(focal_gamma)
         self.fraud_head_inputs = str(fraud_head_inputs)
+        self.fraud_tabular = str(fraud_tabular)
+        self.tabular_features = None if tabular_features is None else [str(n) for n in tabular_features]
+        self.tabular_center = None if tabular_center is None else [float(v) for v in tabular_center]
+        self.tabular_scale = None if tabular_scale is None else [float(v) for v in tabular_scale]
         super().__init__(**kwargs)
+        if self.fraud_tabular not in TABULAR_CHOICES:
+            raise ValueError(f"fraud_tabular must be one of {TABULAR_CHOICES}, got {fraud_tabular!r}")
+        if self.tabular_features is not None:
+            k = len(self.tabular_features)
+            if self.fraud_head_inputs != "state":
+                raise ValueError("joint fusion (tabular features) reads the state; use fraud_head_inputs='state'")
+            if len(self.tabular_center or ()) != k or len(self.tabular_scale or ()) != k:
+                raise ValueError(f"tabular_center and tabular_scale need one value per tabular feature ({k})")
         if self.fraud_loss not in FRAUD_LOSSES:
             raise ValueError(f"fraud_loss must be 'bce' or 'focal', got {fraud_loss!r}")
         if not self.focal_gamma >= 0:
@@ -127,8 +152,8 @@ class TransactionFraudHead(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(hidden_size, inner), nn.SiLU(), nn.Dropout(dropout), nn.Linear(inner, 1))
 
     def forward(self, hidden: torch.Tensor, ids: torch.Tensor | None = None,
-                txn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``[B, T*F, D]`` -> logits ``[B, T]`` (``ids`` and ``txn_mask`` are not needed)."""
+                txn_mask: torch.Tensor | None = None, tabular: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T*F, D]`` -> logits ``[B, T]`` (``ids``, ``txn_mask`` and ``tabular`` are not needed)."""
         return self.mlp(hidden[:, self.score_index::self.num_features]).squeeze(-1)
 
 
@@ -143,6 +168,9 @@ def fraud_head_from_config(config: TransactionFraudConfig, encoder: TransactionE
     ``surprisal`` / ``both`` -> :class:`SurprisalFraudHead` (``fraud_hidden`` 0: logistic, default 16)."""
     inputs = config.fraud_head_inputs
     d, nf = config.backbone_config().hidden_size, len(encoder.feature_names)
+    if config.tabular_features is not None:
+        return JointFraudHead(d, encoder.score_index, nf, config.tabular_center, config.tabular_scale,
+                              config.fraud_hidden, config.fraud_dropout)
     if inputs == "state":
         return TransactionFraudHead(d, encoder.score_index, nf, config.fraud_hidden, config.fraud_dropout)
     inner = 16 if config.fraud_hidden is None else config.fraud_hidden
@@ -154,10 +182,12 @@ class TransactionFraudModel(TxnHeadModel):
     """:class:`TransactionEncoder` (as ``encoder``) + :class:`TransactionFraudHead` (or
     :class:`SurprisalFraudHead`, by ``config.fraud_head_inputs``).
 
-    ``forward(input_ids [B,T,F], attention_mask, labels [B,T] in {0, 1, -100})`` -> logits ``[B, T]``.
+    ``forward(input_ids [B,T,F], attention_mask, labels [B,T] in {0, 1, -100}, tabular [B,T,K])`` ->
+    logits ``[B, T]`` (``tabular``: the joint-fusion head's rolling features; the other heads ignore it).
     """
 
     config_class = TransactionFraudConfig
+    extra_forward_inputs = ("tabular",)  # what the harness passes on from a batch that carries it
 
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
@@ -168,9 +198,9 @@ class TransactionFraudModel(TxnHeadModel):
         self._finish_init()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **kwargs) -> FraudOutput:
+                labels: torch.Tensor | None = None, tabular: torch.Tensor | None = None, **kwargs) -> FraudOutput:
         txn_mask = txn_mask_from(input_ids, attention_mask)
-        logits = self.fraud_head(self.encoder.backbone_forward(input_ids, txn_mask), input_ids, txn_mask)
+        logits = self.fraud_head(self.encoder.backbone_forward(input_ids, txn_mask), input_ids, txn_mask, tabular)
         loss = None
         if labels is not None:
             valid = (labels != IGNORE) & txn_mask
@@ -196,7 +226,9 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
     customers' windows: their labels are unknown in that setting, and windows whose labels are all
     ignored would add nothing to the loss. Then ``keep_negative`` / ``fraud_share`` rebalance them.
     ``pos_weight`` is counted over the kept customers' rows; validation keeps all of its labels (they
-    only select and report)."""
+    only select and report). ``config["fraud_tabular"] == "rolling"`` (joint fusion) attaches every
+    row's rolling features to both splits and fixes their names and normaliser, fitted on the kept
+    training rows."""
     y_train = bank.labels(bank.cuts["train_end"])
     y_val = bank.labels(bank.cuts["test_start"])
     train_rows = bank.period_mask(None, bank.cuts["train_end"])
@@ -212,7 +244,13 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
         train_w = windows_of_customers(train_w, bank, labelled)
     train_w = balance_windows(train_w, options.keep_negative, options.fraud_share, options.seed)
     windows = {"train": train_w, "validation": bank.windows(T, T // 2, "validation", labels=y_val)}
-    return windows, {"pos_weight": pos_weight_from_counts(neg, pos)}
+    fixed = {"pos_weight": pos_weight_from_counts(neg, pos)}
+    if config.get("fraud_tabular", "none") == "rolling":
+        names, table = tabular_table(bank)
+        center, scale = fit_normaliser(table, np.flatnonzero(train_rows))
+        fixed.update(tabular_features=names, tabular_center=center, tabular_scale=scale)
+        windows = {k: w.with_row_features(table) for k, w in windows.items()}
+    return windows, fixed
 
 
 @torch.no_grad()
@@ -225,7 +263,7 @@ def labelled_scores(model, windows: Windows, batch_size: int, labels_of) -> tupl
     ys, ps, loss_sum, n = [], [], 0.0, 0
     for batch in windows.batches(batch_size, device):
         lab = labels_of(batch)
-        out = model(input_ids=batch.ids, attention_mask=batch.txn_mask, labels=lab)
+        out = model(**batch.inputs(), labels=lab)
         valid = lab != IGNORE
         k = int(valid.sum())
         loss_sum += float(out.loss) * k

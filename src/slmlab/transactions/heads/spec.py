@@ -64,7 +64,7 @@ HEADS: dict[str, HeadSpec] = {spec.name: spec for spec in (
              windows=fraud.training_windows, evaluate=fraud.fraud_eval,
              data_options=("keep_negative", "fraud_share", "label_fraction", "seed"),
              cli_options={"loss": "fraud_loss", "focal_gamma": "focal_gamma", "head_inputs": "fraud_head_inputs",
-                          "head_hidden": "fraud_hidden"}),
+                          "head_hidden": "fraud_hidden", "tabular": "fraud_tabular", "head_dropout": "fraud_dropout"}),
     HeadSpec("sequence", sequence.SequenceFraudModel, labels=sequence.sequence_labels,
              windows=sequence.training_windows, evaluate=sequence.sequence_eval,
              data_options=("keep_negative", "fraud_share", "seed"), cli_options={"recent_k": "sequence_recent_k"}),

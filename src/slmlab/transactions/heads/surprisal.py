@@ -100,8 +100,9 @@ class SurprisalFraudHead(nn.Module):
         return torch.cat([s.to(hidden.dtype), hidden[:, self.score_index::self.num_features]], -1)
 
     def forward(self, hidden: torch.Tensor, ids: torch.Tensor | None = None,
-                txn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``hidden [B, T*F, D]``, ``ids [B, T, F]``, ``txn_mask [B, T]`` -> logits ``[B, T]``."""
+                txn_mask: torch.Tensor | None = None, tabular: torch.Tensor | None = None) -> torch.Tensor:
+        """``hidden [B, T*F, D]``, ``ids [B, T, F]``, ``txn_mask [B, T]`` -> logits ``[B, T]`` (``tabular``
+        is not read)."""
         if ids is None:
             raise ValueError("the surprisal fraud head needs the window's ids; call it with (hidden, ids, txn_mask)")
         if txn_mask is None:
