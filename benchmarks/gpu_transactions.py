@@ -1,10 +1,13 @@
 """The transactions GPU recipe: the `large` bank, the seed-size `lfm2_small` encoder in bf16, the fraud head,
-and the full evaluation (HGB raw / rolling / rolling + risk, the sequence model, stacking, pretrained vs
-scratch with 10% of the labels), written as one report.
+the joint-fusion head (the state and the rolling features, end to end), and the full evaluation (HGB raw /
+rolling / rolling + risk, the sequence model, joint fusion, stacking, pretrained vs scratch with 10% of the
+labels), written as one report.
 
 Stages, each a library call (no pipeline of its own): generate the bank (`pipeline.generate_bank`, skipped
 when `--bank` already holds one), split and tokenise it once (`pipeline.load_prepared_bank`), pretrain
-(`training.pretrain`), fine-tune the transaction fraud head (`training.finetune`), the few-label pair
+(`training.pretrain`), fine-tune the transaction fraud head and the joint-fusion head (`training.finetune`,
+`fraud_tabular="rolling"`; both validated every `--eval-every` steps on a seeded sample of `--val-windows`
+windows, the step with the best validation PR-AUC kept), the few-label pair
 (`training.finetune_label_fraction_pair`), then `evaluate_models` (stacking, paired bootstrap, criteria
 verdicts). Runs are bounded by steps. `--time-cap` is only a safety cap: each training stage gets the
 harness's `max_time` from what is left of it (less `--eval-reserve` for the evaluation), and the report
@@ -44,11 +47,13 @@ from slmlab.transactions.model import preset_schema
 # The GPU recipe (one H200, ~9 minutes in all: an estimate until measured) and the CPU toy.
 DEFAULTS = {
     "gpu": dict(bank_preset="large", bank_overrides=[], model_preset="lfm2_small", precision="bf16",
-                pretrain_steps=1500, finetune_steps=600, lf_steps=300, batch_size=64, keep_negative=0.2,
-                label_fraction=0.1, bootstrap=200, time_cap=540.0, eval_reserve=180.0, hgb_threads=0),
+                pretrain_steps=1500, finetune_steps=600, joint_steps=600, lf_steps=300, batch_size=64,
+                keep_negative=0.2, label_fraction=0.1, bootstrap=200, time_cap=540.0, eval_reserve=180.0,
+                hgb_threads=0, val_windows=4000, eval_every=150),
     "toy": dict(bank_preset="tiny", bank_overrides=["n_customers=100"], model_preset="lfm2_tiny", precision="auto",
-                pretrain_steps=3, finetune_steps=3, lf_steps=2, batch_size=8, keep_negative=1.0,
-                label_fraction=0.2, bootstrap=20, time_cap=0.0, eval_reserve=0.0, hgb_threads=1),
+                pretrain_steps=3, finetune_steps=3, joint_steps=3, lf_steps=2, batch_size=8, keep_negative=1.0,
+                label_fraction=0.2, bootstrap=20, time_cap=0.0, eval_reserve=0.0, hgb_threads=1, val_windows=5000,
+                eval_every=2),
 }
 MODEL_FIELDS = ("pr_auc", "roc_auc", "recall_at_fpr_1pct", "recall_at_fpr_0.1pct", "card_precision_at_100",
                 "amount_weighted_recall")
@@ -72,7 +77,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="OpenMP threads of the gradient-boosting fits (0 = all cores; toy: 1)")
     p.add_argument("--pretrain-steps", type=int, default=None)
     p.add_argument("--finetune-steps", type=int, default=None)
+    p.add_argument("--joint-steps", type=int, default=None, help="fine-tuning steps of the joint-fusion model (0: skip)")
     p.add_argument("--lf-steps", type=int, default=None, help="fine-tuning steps of each few-label model")
+    p.add_argument("--val-windows", type=int, default=None,
+                   help="validation windows (a seeded sample) of every training stage")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="fine-tuning: validate every N steps and keep the best step (early stopping by selection)")
     p.add_argument("--batch-size", type=int, default=None, help="windows per step, every training stage")
     p.add_argument("--keep-negative", type=float, default=None, help="share of fraud-free windows kept (fine-tuning)")
     p.add_argument("--label-fraction", type=float, default=None,
@@ -117,6 +127,27 @@ def train_stage(trainer, asked: int, max_time: float, seconds: float, batch_size
             "train_time_s": round(st.train_time_s, 2), "tokens_per_s": round(trainer.tokens_per_s),
             "max_time_s": round(max_time, 1), "stop_reason": st.stop_reason,
             "stopped_by_time_cap": stopped_by_time_cap(st.stop_reason)}
+
+
+def kept(trainer) -> dict:
+    """Which fine-tuning step was kept and why: the best validation PR-AUC (``keep_best``), with the training
+    sample's PR-AUC at the same evaluations (the gap that shows memorising)."""
+    st = trainer.state
+    return {"val_pr_auc_last": trainer.state.last_eval.get("pr_auc"),
+            "train_pr_auc_last": trainer.state.last_eval.get("train_pr_auc"),
+            "kept_step": int(st.best_step) if st.best_step >= 0 else int(st.step),
+            "kept_val_pr_auc": float(st.best_acc) if st.best_step >= 0 else trainer.state.last_eval.get("pr_auc"),
+            "kept_because": "best validation PR-AUC" if st.best_step >= 0 else
+            "last step (no evaluation ran)" if not st.last_eval else
+            "last step (validation PR-AUC undefined: no labelled fraud in the validation windows)"}
+
+
+def best_or_last(trainer, run: Path):
+    """The model of the kept step: ``checkpoints/best`` when the run saved one, else the trained model."""
+    from slmlab.transactions.heads import TransactionFraudModel
+
+    best = run / "checkpoints" / "best"
+    return TransactionFraudModel.from_pretrained(str(best)) if best.is_dir() else trainer.model
 
 
 def overrides(args, device, steps: int, max_time: float) -> list[str]:
@@ -166,19 +197,34 @@ def run(args) -> dict:
     print(f"bank: {bank_info}", flush=True)
 
     t, cap = time.perf_counter(), clock.max_time()
-    pre = training.pretrain(bank, args.model_preset, out / "pretrain", overrides(args, device, args.pretrain_steps, cap))
+    pre = training.pretrain(bank, args.model_preset, out / "pretrain", overrides(args, device, args.pretrain_steps, cap),
+                            val_windows=args.val_windows)
     stages["pretrain"] = {**train_stage(pre, args.pretrain_steps, cap, time.perf_counter() - t, args.batch_size),
                           "val_loss": pre.state.last_eval.get("loss")}
     print(f"pretrain: {stages['pretrain']}", flush=True)
     encoder = pre.model
 
-    t, cap = time.perf_counter(), clock.max_time()
+    selection = [f"eval_every={args.eval_every}", "keep_best=true"]
+    t, cap = time.perf_counter(), clock.max_time(0.5 if args.joint_steps else 1.0)
     ft = training.finetune(bank, out / "finetune", encoder, args.model_preset,
-                           overrides(args, device, args.finetune_steps, cap), keep_negative=args.keep_negative)
+                           overrides(args, device, args.finetune_steps, cap) + selection,
+                           keep_negative=args.keep_negative, val_windows=args.val_windows)
     stages["finetune"] = {**train_stage(ft, args.finetune_steps, cap, time.perf_counter() - t, args.batch_size),
-                          "val_pr_auc": ft.state.last_eval.get("pr_auc"), "keep_negative": args.keep_negative}
+                          **kept(ft), "keep_negative": args.keep_negative}
     print(f"finetune: {stages['finetune']}", flush=True)
-    fraud = ft.model.to(device).eval()
+    extra_models = {}
+    if args.joint_steps:
+        t, cap = time.perf_counter(), clock.max_time()
+        jt = training.finetune(bank, out / "finetune-joint", encoder, args.model_preset,
+                               overrides(args, device, args.joint_steps, cap) + selection,
+                               keep_negative=args.keep_negative, val_windows=args.val_windows, fraud_tabular="rolling")
+        stages["joint"] = {**train_stage(jt, args.joint_steps, cap, time.perf_counter() - t, args.batch_size),
+                           **kept(jt), "features": len(jt.model.config.tabular_features)}
+        extra_models["joint"] = best_or_last(jt, out / "finetune-joint").to(device).eval()
+        print(f"joint: {stages['joint']}", flush=True)
+    else:
+        stages["joint"] = {"skipped": "--joint-steps 0"}
+    fraud = best_or_last(ft, out / "finetune").to(device).eval()
 
     models, pairs = {}, []
     if args.label_fraction:
@@ -192,6 +238,7 @@ def run(args) -> dict:
         models = {k: m.to(device).eval() for k, m in models.items()}
     else:
         stages["label_fraction"] = {"skipped": "--label-fraction 0"}
+    models.update(extra_models)
 
     t = time.perf_counter()
     with threadpool_limits(args.hgb_threads or None):  # OpenMP threads of the boosters (an oversubscribed pool stalls)

@@ -20,7 +20,7 @@ from slmlab.transactions.evaluation.evaluate import any_verdict, verdict  # noqa
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_transactions.py"
 MODELS = {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "sequence", "stacked", "stacked_val", "lf_pretrained",
-          "lf_scratch"}
+          "lf_scratch", "joint"}
 
 
 def load():
@@ -55,16 +55,27 @@ def test_the_toy_run_trains_every_stage_by_steps(toy_run):
     bank, stages = report["bank"], report["stages"]
     assert bank["customers"] == 100 and bank["rows"] == stages["generate"]["rows"] > 10_000
     assert 1 <= bank["test_frauds"] == report["n_test_fraud"] and bank["test_rows"] == report["n_test"]
-    for name, steps in (("pretrain", 3), ("finetune", 3)):
+    for name, steps in (("pretrain", 3), ("finetune", 3), ("joint", 3)):
         s = stages[name]
         assert s["steps_done"] == s["steps_asked"] == steps, name
         assert s["stop_reason"] == "max_steps reached" and s["stopped_by_time_cap"] is False and s["max_time_s"] == 0
         assert s["tokens_per_s"] > 0 and s["batch_size"] == 8
     assert math.isfinite(stages["pretrain"]["val_loss"]) and stages["pretrain"]["val_loss"] > 0
+    for name in ("finetune", "joint"):  # evaluated at steps 2 and 3 (the end); the best validation step kept
+        s = stages[name]
+        best = out / ("finetune" if name == "finetune" else "finetune-joint") / "checkpoints" / "best"
+        if math.isfinite(s["val_pr_auc_last"]):  # a fraud in validation: the best of the two evaluations is kept
+            assert s["kept_step"] in (2, 3) and s["kept_because"] == "best validation PR-AUC", name
+            assert best.is_dir() and s["kept_val_pr_auc"] >= s["val_pr_auc_last"], name
+        else:
+            assert s["kept_step"] == 3 and s["kept_because"].startswith("last step (validation PR-AUC undefined"), name
+        assert "train_pr_auc_last" in s and s["train_pr_auc_last"] is not None, name
+    assert stages["joint"]["features"] >= 20
     assert stages["label_fraction"]["fraction"] == 0.2 and stages["label_fraction"]["steps_asked"] == 2
     assert report["time_cap"] == {"seconds": 0.0, "elapsed_s": report["time_cap"]["elapsed_s"], "exceeded": False,
                                   "stages_stopped_by_cap": []}
-    for folder in ("pretrain", "finetune", "evaluate/label_fraction/pretrained", "evaluate/label_fraction/scratch"):
+    for folder in ("pretrain", "finetune", "finetune-joint", "evaluate/label_fraction/pretrained",
+                   "evaluate/label_fraction/scratch"):
         assert (out / folder / "schema.fitted.json").is_file(), folder
     assert (out / "evaluate" / "report.md").is_file() and (out / "evaluate" / "pr_curve.png").is_file()
 
@@ -82,8 +93,9 @@ def test_the_toy_report_holds_every_model_and_the_verdicts(toy_run):
     assert {"sequence - hgb_rolling", "hgb_rolling - hgb_raw", "stacked - hgb_rolling",
             "lf_pretrained - lf_scratch"} <= set(report["paired"])
     criteria = {c["criterion"]: c for c in report["criteria"]}
-    assert list(criteria) == ["1 parity", "2 useful (stacked)", "2 useful (stacked_val)", "3 strong",
-                              "4 pretraining pays"]
+    assert list(criteria) == ["1 parity", "2 useful (stacked)", "2 useful (stacked_val)", "2 useful (joint)",
+                              "3 strong", "4 pretraining pays"]
+    assert "joint - hgb_rolling" in report["paired"]
     for name, margin in (("1 parity", -0.01), ("3 strong", 0.03), ("4 pretraining pays", 0.05)):
         c = criteria[name]
         assert c["verdict"] == verdict(c["pr_auc_ci"], margin) == c["verdicts"]["pr_auc"], name
@@ -99,6 +111,7 @@ def test_gpu_defaults_and_explicit_sizes():
     gpu = script.parse_args(["--out", "x"])
     assert (gpu.bank_preset, gpu.model_preset, gpu.precision) == ("large", "lfm2_small", "bf16")
     assert (gpu.pretrain_steps, gpu.finetune_steps, gpu.lf_steps, gpu.batch_size) == (1500, 600, 300, 64)
+    assert (gpu.joint_steps, gpu.val_windows, gpu.eval_every) == (600, 4000, 150)
     assert (gpu.label_fraction, gpu.time_cap, gpu.hgb_threads) == (0.1, 540.0, 0)
     toy = script.parse_args(["--out", "x", "--toy", "--pretrain-steps", "7", "--bank-override", "n_days=30"])
     assert (toy.bank_preset, toy.model_preset, toy.pretrain_steps, toy.finetune_steps) == ("tiny", "lfm2_tiny", 7, 3)
