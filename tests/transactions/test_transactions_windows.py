@@ -79,3 +79,45 @@ def test_the_loops_built_on_batches_do_not_depend_on_the_batch_size():
     assert sorted(rows1.tolist()) == sorted(set(w.rows[w.txn_mask].tolist()))  # each real row scored once
     a, b = fraud_eval(model, w, batch_size=1), fraud_eval(model, w, batch_size=64)
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["pr_auc"] == pytest.approx(b["pr_auc"], rel=1e-6)
+
+
+def test_end_offsets_shift_the_ends_and_keep_the_newest_window():
+    from slmlab.transactions.data.windows import build_windows
+
+    ids = {"a": np.arange(100 * 2).reshape(100, 2) % 7 + 2, "b": np.arange(30 * 2).reshape(30, 2) % 5 + 2}
+    plain = build_windows(ids, T=16, stride=8)
+    same = build_windows(ids, T=16, stride=8, end_offsets={"a": 0, "b": 0})
+    np.testing.assert_array_equal(plain.rows, same.rows)
+    w = build_windows(ids, T=16, stride=8, end_offsets={"a": 3})
+    ends_a = sorted(int(r[-1]) + 1 for r in w.rows if r[-1] < 100)
+    assert ends_a[-2:] == [97, 100]
+    assert ends_a[:-1] == list(range(97 % 8 or 8, 98, 8))  # 1, 9, ..., 97: every 8 back from 100 - 3
+    newest = set()
+    for r, s in zip(w.rows, w.score_from):
+        newest.update(int(x) for x in r[s:] if x >= 0)
+    assert newest >= set(range(100))  # every row of `a` is still scored by some window
+    ends_b = sorted(int(r[-1]) + 1 - 100 for r in w.rows if r[-1] >= 100)
+    assert ends_b == [6, 14, 22, 30]  # `b` without an offset: as before
+
+
+def test_pretraining_windows_jitter_by_customer_and_seed(bank):
+    a = bank.windows(16, 8, "train", jitter_seed=0)
+    b = bank.windows(16, 8, "train", jitter_seed=0)
+    np.testing.assert_array_equal(a.rows, b.rows)
+    plain = bank.windows(16, 8, "train")
+    assert len(a) >= len(plain) and not np.array_equal(a.rows[:len(plain)], plain.rows)
+    cust = bank.df["customer_id"].astype(str).to_numpy()
+    last = {}
+    for r in plain.rows[:, -1]:
+        last[cust[r]] = max(last.get(cust[r], -1), int(r))
+    for r in a.rows[:, -1]:  # the newest window of each customer still ends at its last training row
+        assert r <= last[cust[r]]
+    assert {cust[r] for r in a.rows[:, -1] if r == last[cust[r]]} == set(last)
+    # the second-newest window ends `offset` rows before the last one (8 = a stride when the offset is 0),
+    # and the offsets differ across customers
+    shift = []
+    for c, hi in last.items():
+        ends = sorted(int(r) for r in a.rows[:, -1] if cust[r] == c and r < hi)
+        if ends:
+            shift.append(hi - ends[-1])
+    assert all(1 <= s <= 8 for s in shift) and len(set(shift)) > 3

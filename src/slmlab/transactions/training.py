@@ -68,7 +68,7 @@ def _pretrain(bank: Bank, preset: str, cfg, resume: bool, model: TransactionEnco
     torch.manual_seed(cfg.seed)
     model = model or TransactionEncoder(TxnEncoderConfig.from_preset(preset, schema=bank.fitted, **length))
     T = model.config.max_transactions
-    windows = {"train": bank.windows(T, T // 2, "train"),
+    windows = {"train": bank.windows(T, T // 2, "train", jitter_seed=cfg.seed),
                "validation": sample_windows(bank.windows(T, T // 2, "validation"), val_windows, cfg.seed)}
     source = TransactionWindows(windows)
     counts = unigram_counts(windows["train"], list(model.config.schema_config.vocab_sizes))

@@ -82,8 +82,12 @@ class Bank:
         return m
 
     def windows(self, T: int, stride: int, split: str, labels: np.ndarray | None = None,
-                include_holdout: bool = False) -> Windows:
-        """Windows whose newest transaction lies in ``split`` (``train``, ``validation``, ``test``)."""
+                include_holdout: bool = False, jitter_seed: int | None = None) -> Windows:
+        """Windows whose newest transaction lies in ``split`` (``train``, ``validation``, ``test``).
+
+        ``jitter_seed``: each customer's window ends step back from the split's end less a seeded random
+        offset in ``[0, stride)`` (:func:`~.windows.build_windows` ``end_offsets``), so that a window
+        position does not stand for the same calendar days for every customer."""
         lo_when, hi_when = {"train": (None, self.cuts["train_end"]),
                             "validation": (self.cuts["val_start"], self.cuts["val_end"]),
                             "test": (self.cuts["test_start"], None)}[split]
@@ -96,7 +100,12 @@ class Bank:
         lab = None
         if labels is not None:
             lab = {c: labels[starts[c]:starts[c] + len(v)] for c, v in enc.items()}
-        return build_windows(enc, T, stride, labels=lab, row_offsets=starts, min_end=lo, max_end=hi)
+        offsets = None
+        if jitter_seed is not None:
+            draws = np.random.default_rng(jitter_seed).integers(0, stride, len(enc))
+            offsets = dict(zip(enc, draws.tolist()))
+        return build_windows(enc, T, stride, labels=lab, row_offsets=starts, min_end=lo, max_end=hi,
+                             end_offsets=offsets)
 
 
 def split_cuts(df: pd.DataFrame) -> dict:

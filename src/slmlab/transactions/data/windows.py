@@ -137,7 +137,8 @@ def gather_rows(table: np.ndarray, rows: np.ndarray) -> torch.Tensor:
 
 def build_windows(encoded: dict[str, np.ndarray], T: int = 64, stride: int = 32,
                   labels: dict[str, np.ndarray] | None = None, row_offsets: dict[str, int] | None = None,
-                  min_end: dict[str, int] | None = None, max_end: dict[str, int] | None = None) -> Windows:
+                  min_end: dict[str, int] | None = None, max_end: dict[str, int] | None = None,
+                  end_offsets: dict[str, int] | None = None) -> Windows:
     """Windows over every customer of ``encoded`` (``customer -> int[n, F]``).
 
     Args:
@@ -146,6 +147,12 @@ def build_windows(encoded: dict[str, np.ndarray], T: int = 64, stride: int = 32,
         row_offsets: ``customer -> first row`` in the grouped table (for ``rows``); default consecutive.
         min_end / max_end: per customer, keep only windows whose end lies in ``(min_end, max_end]``
             (e.g. the training period); the oldest kept window then scores from its first real row.
+        end_offsets: per customer, step the window ends back from ``max_end - offset`` instead of
+            ``max_end`` (the window ending at ``max_end`` is kept too, so every row stays the newest of
+            one window). Pretraining draws them at random (:meth:`Bank.windows` ``jitter_seed``): when
+            every customer's windows end at the same cut, a position in the window stands for nearly
+            the same calendar days for every customer, and the encoder learns the calendar from the
+            position (measured: day-of-month CE 0.08 on training windows, 5.3 on validation ones).
     """
     if not 0 < stride <= T:
         raise ValueError(f"stride must be in [1, T={T}], got {stride}")
@@ -158,7 +165,10 @@ def build_windows(encoded: dict[str, np.ndarray], T: int = 64, stride: int = 32,
         lab = labels[cust] if labels is not None else np.full(n, -1, np.int8)
         lo = min_end.get(cust, 0) if min_end else 0
         hi = max_end.get(cust, n) if max_end else n
-        ends = [e for e in range(hi, lo, -stride)][::-1] if hi > lo else []
+        off = int(end_offsets.get(cust, 0)) if end_offsets else 0
+        ends = [e for e in range(hi - off, lo, -stride)][::-1] if hi > lo else []
+        if off and hi > lo and (not ends or ends[-1] != hi):
+            ends.append(hi)
         for k, e in enumerate(ends):
             s = max(0, e - T)
             pad = T - (e - s)
