@@ -13,6 +13,10 @@ Layout of one checkpoint folder ``<run>/checkpoints/step_000100/``::
 Everything is written into a hidden temporary folder that is renamed to its final name only when
 complete, so a crash mid-write leaves the previous checkpoint intact; tensors go through safetensors
 and the rest through JSON, so loading a checkpoint never unpickles anything.
+
+A run with ``parallel=fsdp2`` writes the same folder with sharded tensors instead of
+``model.safetensors`` and ``trainer/optimizer.safetensors``: ``dcp/model/`` and ``dcp/optimizer/``
+hold one safetensors file per rank (:mod:`slmlab.train.dcp`), readable at any world size.
 """
 
 from __future__ import annotations
@@ -36,6 +40,16 @@ REQUIRED_FILES = (
     "trainer/optimizer.safetensors",
     "trainer/rng.safetensors",
 )
+# A sharded (DCP) checkpoint: these folders of per-rank safetensors files instead of model.safetensors
+# and trainer/optimizer.safetensors (slmlab.train.dcp writes and reads them).
+DCP_MODEL = "dcp/model"
+DCP_OPTIMIZER = "dcp/optimizer"
+DCP_REQUIRED_FILES = ("config.json", "trainer/state.json", "trainer/optimizer.json", "trainer/rng.safetensors")
+
+
+def is_dcp_checkpoint(ckpt: Path) -> bool:
+    """Whether ``ckpt`` holds sharded (DCP) tensors rather than ``model.safetensors``."""
+    return (Path(ckpt) / DCP_MODEL).is_dir()
 
 
 # The key of ``trainer/state.json`` recording the sequence length the model was trained on (read by
@@ -129,8 +143,26 @@ def write_trainer_files(folder: Path, optimizer, trainer_state: dict) -> None:
     structure = flatten_state(optimizer.state_dict(), tensors)
     save_file(tensors, str(folder / "optimizer.safetensors"))
     (folder / "optimizer.json").write_text(json.dumps(structure))
+    write_rng_and_state(folder, trainer_state)
+
+
+def write_rng_and_state(folder: Path, trainer_state: dict) -> None:
+    """``rng.safetensors`` (this process's generators) and ``state.json`` (step, data position, ...)."""
+    folder.mkdir(parents=True, exist_ok=True)
     save_file(rng_state(), str(folder / "rng.safetensors"))
     (folder / "state.json").write_text(json.dumps(trainer_state, indent=2))
+
+
+def write_run_files(folder: Path, tokenizer, run_config: dict, extra_json: dict[str, dict] | None = None) -> None:
+    """What every checkpoint carries beside its tensors: the tokenizer, ``run.yaml`` and ``extra_json``
+    (name -> JSON object, e.g. ``data_identity.json``)."""
+    import yaml
+
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(folder))
+    (folder / "run.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
+    for name, payload in (extra_json or {}).items():
+        (folder / name).write_text(json.dumps(payload, indent=1) + "\n")
 
 
 class NonFiniteWeights(CheckpointError):
@@ -138,8 +170,10 @@ class NonFiniteWeights(CheckpointError):
 
 
 def non_finite_parameters(model: torch.nn.Module) -> list[str]:
-    """Names of the parameters and buffers of ``model`` holding NaN or inf (floating point only)."""
-    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    """Names of the parameters and buffers of ``model`` holding NaN or inf (floating point only); of a
+    sharded (FSDP2) model, those whose shard on this rank does."""
+    tensors = [(n, t.to_local() if hasattr(t, "to_local") else t)
+               for n, t in list(model.named_parameters()) + list(model.named_buffers())]
     return [n for n, t in tensors if t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
@@ -210,45 +244,57 @@ def save_checkpoint(
     Raises:
         NonFiniteWeights: the model holds NaN/inf parameters (nothing is written).
     """
-    import yaml
-
     bad = non_finite_parameters(model)
     if bad:
         raise NonFiniteWeights(f"refusing to save step {step}: parameters {bad[:3]} hold NaN/inf")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
-    tmp = root / f".tmp-step_{step:06d}-{os.getpid()}"
+    tmp = temporary_folder(root, step)
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
         with quiet_hf_progress():
             model.save_pretrained(str(tmp))
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(tmp))
-        (tmp / "run.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
+        write_run_files(tmp, tokenizer, run_config, extra_json)
         write_trainer_files(tmp / "trainer", optimizer, {**trainer_state, TRAINED_CONTEXT: trained_context})
-        for name, payload in (extra_json or {}).items():
-            (tmp / name).write_text(json.dumps(payload, indent=1) + "\n")
-        _fsync_tree(tmp)
-        if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
-            if _exchange(tmp, final):  # tmp now holds the old folder
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                old = root / f".old-step_{step:06d}-{os.getpid()}"
-                os.replace(final, old)
-                os.replace(tmp, final)
-                shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        _fsync_dir(root)
+        final = publish_checkpoint(tmp, root, step)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    prune_checkpoints(root, keep)
+    return final
+
+
+def temporary_folder(root: Path, step: int, pid: int | None = None) -> Path:
+    """Where step ``step`` is written before it is published (``pid``: the writer's, this process's by default)."""
+    return Path(root) / f".tmp-step_{step:06d}-{os.getpid() if pid is None else pid}"
+
+
+def publish_checkpoint(tmp: Path, root: Path, step: int) -> Path:
+    """Make the complete folder ``tmp`` the checkpoint ``root/step_{step:06d}``: every file and folder is
+    fsync'd before the rename that publishes it; re-saving an existing step swaps the two folders
+    atomically, so some ``step_N`` is on disk at every moment. Returns the checkpoint folder."""
+    final = Path(root) / f"step_{step:06d}"
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
+        if _exchange(tmp, final):  # tmp now holds the old folder
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            old = Path(root) / f".old-step_{step:06d}-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(Path(root))
+    return final
+
+
+def prune_checkpoints(root: Path, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints of ``root`` (0 = all)."""
     if keep > 0:
         for old in list_checkpoints(root)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 # -- finding and reading -------------------------------------------------------------------------
@@ -280,14 +326,20 @@ def check_checkpoint(ckpt: Path, need_trainer: bool = True) -> None:
     """Raise :class:`CheckpointError` naming the first missing or damaged file: the required files
     exist, every JSON file parses, and every safetensors file has a valid header whose tensors lie
     inside the file (a truncated copy is caught here, before ``from_pretrained`` reads it)."""
-    needed = REQUIRED_FILES if need_trainer else REQUIRED_FILES[:1]
-    for name in needed:
+    sharded = is_dcp_checkpoint(ckpt)
+    needed = DCP_REQUIRED_FILES if sharded else REQUIRED_FILES
+    for name in needed if need_trainer else needed[:1]:
         if not (ckpt / name).is_file():
             raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name} is missing")
+    shards = (DCP_MODEL, DCP_OPTIMIZER) if need_trainer else (DCP_MODEL,)
+    for name in shards if sharded else ():
+        if not any((ckpt / name).glob("*.safetensors")):
+            raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name}/ holds no shard")
     weights = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")  # or a LoRA adapter
-    if not any((ckpt / n).is_file() for n in weights):
+    if not sharded and not any((ckpt / n).is_file() for n in weights):
         raise CheckpointError(f"checkpoint {ckpt} is incomplete: model.safetensors is missing")
     folders = (ckpt, ckpt / "trainer") if need_trainer else (ckpt,)
+    folders += tuple(ckpt / name for name in shards) if sharded else ()
     for folder in folders:
         for path in sorted(folder.glob("*.json")):
             _read_json(path)
@@ -379,11 +431,25 @@ def load_trainer_files(ckpt: Path, optimizer) -> dict:
     weights are the caller's: :func:`load_training_state`, or a LoRA adapter's own loader)."""
     ckpt = Path(ckpt)
     state = _read_json(ckpt / "trainer" / "state.json")
-    tensors = _read_safetensors(ckpt / "trainer" / "optimizer.safetensors")
-    structure = _read_json(ckpt / "trainer" / "optimizer.json")
     try:
-        optimizer.load_state_dict(unflatten_state(structure, tensors))
+        optimizer.load_state_dict(read_optimizer_state(ckpt))
     except (KeyError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"{ckpt}/trainer/optimizer.*: does not match this model/optimiser: {err}") from err
     set_rng_state(_read_safetensors(ckpt / "trainer" / "rng.safetensors"))
     return state
+
+
+def read_optimizer_state(ckpt: Path) -> dict:
+    """The optimiser ``state_dict()`` a whole checkpoint saved (parameters by position)."""
+    tensors = _read_safetensors(Path(ckpt) / "trainer" / "optimizer.safetensors")
+    return unflatten_state(_read_json(Path(ckpt) / "trainer" / "optimizer.json"), tensors)
+
+
+def read_trainer_state(ckpt: Path) -> dict:
+    """``trainer/state.json`` of a checkpoint (step, data position, tokens, best metrics)."""
+    return _read_json(Path(ckpt) / "trainer" / "state.json")
+
+
+def restore_rng(ckpt: Path) -> None:
+    """Set this process's generators to those a checkpoint saved."""
+    set_rng_state(_read_safetensors(Path(ckpt) / "trainer" / "rng.safetensors"))
