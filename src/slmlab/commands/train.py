@@ -15,9 +15,13 @@ def train_command(argv: list[str]) -> int:
       slmlab train --model lumen:lumen-tiny --data mqar:cpu max_steps=3000 optim.lr=3e-3
       slmlab train configs/quickstart.yaml --resume          # continue the run in out_dir
       torchrun --nproc_per_node=2 -m slmlab.cli train configs/quickstart.yaml   # DDP
+      torchrun --nproc_per_node=8 -m slmlab.cli train configs/quickstart.yaml parallel=fsdp2   # FSDP2
+      torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 -m slmlab.cli train ...
     Writes out_dir/{run.yaml, checkpoints/step_*/, metrics.jsonl, tb/, report.json, report.md}.
-    One run holds out_dir at a time (out_dir/.lock). --resume refuses changes to the model, data,
-    seed, tokenizer or sequence layout (see the diff it prints) unless --allow-change FIELD.
+    parallel=fsdp2 shards the model over the ranks and its checkpoints, which --resume reads at any
+    world size (keep batch_size x world_size; docs/training.md, "Scaling out"). One run holds out_dir
+    at a time (out_dir/.lock). --resume refuses changes to the model, data, seed, tokenizer or
+    sequence layout (see the diff it prints) unless --allow-change FIELD.
     max_steps is the run's budget; max_time (seconds of training, 0 = none) is only a safety cap: a run
     it stops early says "stopped by the max_time safety cap at step N of M" and its report is marked
     incomplete (raise max_time and --resume to finish).

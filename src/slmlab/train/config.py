@@ -14,6 +14,9 @@ from typing import Any
 
 import yaml
 
+# How a run spreads over processes (slmlab.train.parallel.PARALLEL holds the strategy of each).
+PARALLEL_CHOICES = ("ddp", "fsdp2")
+
 
 @dataclass
 class OptimConfig:
@@ -131,6 +134,12 @@ class RunConfig:
         data_cache: cache folder for the data layer (None = its default).
         data_errors: ``strict`` (non-UTF-8 input is an error) or ``replace`` (U+FFFD).
         ddp_find_unused: DDP ``find_unused_parameters``.
+        parallel: ``ddp`` (DDP under torchrun, the plain model in one process) or ``fsdp2`` (FSDP2:
+            each decoder layer, then the root, sharded over the ranks, bf16 compute with fp32
+            reductions when ``precision`` is bf16, sharded DCP checkpoints that resume at any world
+            size; a process group of one in a plain ``python`` run).
+        fsdp_cpu_offload: ``parallel=fsdp2`` keeps the sharded parameters, gradients and optimiser
+            state in CPU memory (less GPU memory, slower steps).
     """
 
     model: str = "lumen"
@@ -170,6 +179,8 @@ class RunConfig:
     data_cache: str | None = None
     data_errors: str = "strict"
     ddp_find_unused: bool = False
+    parallel: str = "ddp"
+    fsdp_cpu_offload: bool = False
 
     def validate(self) -> RunConfig:
         for key in ("vocab_size", "block_size", "batch_size", "grad_accum", "max_steps", "log_every"):
@@ -195,6 +206,13 @@ class RunConfig:
             raise ValueError(f"early_stop_acc must be in [0, 1], got {self.early_stop_acc!r}")
         if not isinstance(self.model_config, dict):
             raise ValueError(f"model_config must be a mapping of config overrides, got {self.model_config!r}")
+        if self.parallel not in PARALLEL_CHOICES:
+            raise ValueError(f"parallel must be one of {', '.join(PARALLEL_CHOICES)}, got {self.parallel!r}")
+        if self.parallel == "fsdp2" and self.optim.name == "muon":
+            raise ValueError("optim.name=muon with parallel=fsdp2: Muon orthogonalises whole matrices and FSDP2 gives"
+                             " each rank a shard of their rows; use optim.name=adamw, or parallel=ddp for Muon")
+        if self.fsdp_cpu_offload and self.parallel != "fsdp2":
+            raise ValueError("fsdp_cpu_offload=true needs parallel=fsdp2 (DDP keeps the whole model on each device)")
         self.optim.validate()
         self.schedule.validate()
         return self

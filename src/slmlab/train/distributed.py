@@ -1,8 +1,10 @@
-"""Process-group setup for ``torchrun`` (DDP): nothing home-made, only ``torch.distributed``.
+"""Process-group setup for ``torchrun`` (DDP, FSDP2): nothing home-made, only ``torch.distributed``.
 
-Under ``torchrun --nproc_per_node=N`` the environment carries ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``;
-we join the group with gloo on CPU and nccl on CUDA. A plain ``python`` run is world size 1 and never
-touches ``torch.distributed``.
+Under ``torchrun --nproc_per_node=N`` (one machine) or ``torchrun --nnodes=M --rdzv-backend=c10d``
+(several) the environment carries ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``; we join the group with gloo
+on CPU and nccl on CUDA. A plain ``python`` run is world size 1 and never touches
+``torch.distributed``, unless it asks for a group of one (``group=True``: FSDP2 shards over a process
+group even when it holds a single process).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class DistInfo:
     world_size: int = 1
     local_rank: int = 0
     device: str = "cpu"
+    grouped: bool = False  # this process joined a process group (a group of one included)
 
     @property
     def is_main(self) -> bool:
@@ -32,16 +35,26 @@ class DistInfo:
         return self.world_size > 1
 
 
-def init_distributed(device: torch.device) -> DistInfo:
-    """Join the torchrun process group if the environment describes one (idempotent)."""
+def init_distributed(device: torch.device, group: bool = False) -> DistInfo:
+    """Join the torchrun process group if the environment describes one (idempotent).
+
+    Args:
+        device: where this rank computes (gloo for CPU, nccl for CUDA).
+        group: also form a group of one when the environment describes none (a plain ``python``
+            run of ``parallel=fsdp2``, which shards over a process group of any size).
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if world <= 1:
-        return DistInfo()
+        if not group:
+            return DistInfo()
+        if not dist.is_initialized():  # an in-process store: nothing listens on a port
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+        return DistInfo(device=str(device), grouped=True)
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
-    return DistInfo(rank=rank, world_size=world, local_rank=local, device=str(device))
+    return DistInfo(rank=rank, world_size=world, local_rank=local, device=str(device), grouped=True)
 
 
 def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
@@ -67,6 +80,15 @@ def broadcast_flag(flag: bool, info: DistInfo) -> bool:
     return bool(t.item() > 0)
 
 
+def broadcast_int(value: int, info: DistInfo) -> int:
+    """The main rank's ``value`` on every rank (e.g. the name of a checkpoint all ranks write into)."""
+    if not info.enabled:
+        return int(value)
+    t = torch.tensor([int(value)], dtype=torch.int64, device=info.device)
+    dist.broadcast(t, src=0)
+    return int(t.item())
+
+
 def shutdown(info: DistInfo) -> None:
-    if info.enabled and dist.is_initialized():
+    if (info.enabled or info.grouped) and dist.is_initialized():
         dist.destroy_process_group()

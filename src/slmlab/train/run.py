@@ -220,8 +220,8 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
         saved_identity = read_data_identity(ckpt)  # None: an older checkpoint, compared by the data text
         if saved_identity is not None:
             identity, corpus = requested_data(cfg)
-        changes = compare_for_resume(saved_run_config(ckpt), cfg.to_dict(), tuple(allow_change), saved_identity,
-                                     identity)
+        saved, resharded = same_global_batch(saved_run_config(ckpt), ckpt, cfg, dist_info)
+        changes = resharded + compare_for_resume(saved, cfg.to_dict(), tuple(allow_change), saved_identity, identity)
     elif Path(cfg.model).is_dir():  # fine-tuning a saved model: its tokenizer comes with it
         origin = resolve_checkpoint(cfg.model)
         check_tokenizer_request(cfg, origin, given)
@@ -245,14 +245,32 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
     return trainer
 
 
+def same_global_batch(saved: dict, ckpt: Path, cfg: RunConfig, dist_info: DistInfo) -> tuple[dict, list[str]]:
+    """``(saved, changes)``: a checkpoint written at another world size resumes with the same global
+    batch (what each step computes), so its per-rank ``batch_size`` may change with the world size: when
+    ``batch_size x world_size`` is the checkpoint's, ``saved`` takes the new ``batch_size`` (the resume
+    check then sees no change) and ``changes`` says what moved; otherwise both are as they were."""
+    from .saved import read_json_object
+
+    state = read_json_object(Path(ckpt) / "trainer" / "state.json")
+    rows, world = state.get("global_batch_rows"), state.get("world_size")
+    old = saved.get("batch_size")
+    if old == cfg.batch_size or rows != cfg.batch_size * dist_info.world_size or not isinstance(world, int):
+        return saved, []
+    return {**saved, "batch_size": cfg.batch_size}, [
+        f"batch_size: {old} -> {cfg.batch_size} per rank, {world} -> {dist_info.world_size} ranks (the same global batch"
+        f" of {rows} rows)"]
+
+
 def open_run_folder(cfg: RunConfig) -> tuple[torch.device, DistInfo, Path, list[Path]]:
     """``(device, dist_info, run_dir, checkpoints)`` of a run about to start or resume: the device (after
     the process group, so each rank gets its own), the run folder (refused when it is a file; stale
     temporaries of a killed save removed by the main rank) and its checkpoints, oldest first."""
     from .checkpoint import remove_stale_temporaries
+    from .parallel import NEEDS_GROUP
 
     device = resolve_device(cfg.device)
-    dist_info = init_distributed(device)
+    dist_info = init_distributed(device, group=NEEDS_GROUP[cfg.parallel])  # FSDP2: a group even of one
     device = resolve_device(cfg.device, dist_info)
     run_dir = Path(cfg.out_dir)
     if run_dir.exists() and not run_dir.is_dir():
@@ -407,8 +425,10 @@ def write_report(trainer: Trainer) -> dict:
                                        "bf16 autocast" if trainer.autocast else "fp32", trainer.dist.world_size),
     }
     if not trainer.source.is_synthetic and trainer.tokenizer is not None and cfg.sample_tokens:
-        report["sample"] = sample_text(trainer.model, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens,
-                                       cfg.sample_temperature, cfg.sample_top_k, cfg.seed)
+        whole = trainer.parallel.full_model(trainer.model)  # FSDP2: gathered on the main rank (a collective)
+        if whole is not None:
+            report["sample"] = sample_text(whole, trainer.tokenizer, cfg.sample_prompt, cfg.sample_tokens,
+                                           cfg.sample_temperature, cfg.sample_top_k, cfg.seed)
     if trainer.dist.is_main:
         trainer.run_dir.mkdir(parents=True, exist_ok=True)
         report["plot"] = write_loss_plot(trainer, final)

@@ -141,12 +141,13 @@ def open_checkpoint(path: str | Path) -> SavedCheckpoint:
 def _from_pretrained(ckpt: Path):
     """The model of a checked checkpoint folder (float32, ``trust_remote_code=False``). A LoRA adapter
     folder (:mod:`slmlab.train.lora`) loads its base model (checked the same way) and merges the adapter
-    into it: every reader gets a plain model, the same outputs as base + adapter."""
+    into it: every reader gets a plain model, the same outputs as base + adapter. A sharded checkpoint
+    (``parallel=fsdp2``) is assembled from its shards (:func:`slmlab.train.dcp.load_dcp_model`)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from ..models.registry import check_saved_model_type
-    from .checkpoint import quiet_hf_progress
+    from .checkpoint import is_dcp_checkpoint, quiet_hf_progress
     from .lora import adapter_base, is_adapter_folder, load_adapter, merge_adapter
 
     if is_adapter_folder(ckpt):
@@ -155,6 +156,10 @@ def _from_pretrained(ckpt: Path):
             raise ValueError(f"adapter {ckpt} is a {check_saved_model_type(ckpt).name} adapter but its base {base.checkpoint}"
                              f" is a {base.family.name} model; point base_model_name_or_path at the right base")
         return merge_adapter(load_adapter(_from_pretrained(base.checkpoint), ckpt))
+    if is_dcp_checkpoint(ckpt):  # parallel=fsdp2: the model's shards, written at any world size
+        from .dcp import load_dcp_model
+
+        return load_dcp_model(ckpt)
     with quiet_hf_progress():
         return AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32, trust_remote_code=False)
 

@@ -3,7 +3,8 @@
 One optimiser step = ``grad_accum`` micro-batches per rank; the data position is the micro-batch
 index, so the stream restarts exactly where it stopped (``DataSource.batches(step=...)``), and the
 learning rate is a pure function of the step: resuming reproduces the uninterrupted loss curve.
-Under ``torchrun`` the model is wrapped in DDP and each rank reads its own rows of the global batch.
+Under ``torchrun`` each rank reads its own rows of the global batch; ``parallel`` chooses how the model
+spreads over the ranks (DDP or FSDP2: :mod:`slmlab.train.parallel`), once, at construction.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from ..evaluate.lm import evaluate_source, family_forward_inputs, model_inputs
-from .checkpoint import NonFiniteWeights, list_checkpoints, load_training_state, save_checkpoint
+from .checkpoint import NonFiniteWeights, list_checkpoints
 from .config import RunConfig
+from .dcp import load_any_training_state
 from .distributed import DistInfo, all_reduce_mean, barrier, broadcast_flag
 from .environment import resolve_device
 from .metrics import MetricsLogger
 from .optim import build_optimizer, lr_factor, set_lr
+from .parallel import build_parallel
 from .precision import autocast_factory
 from .progress import Progress
 
@@ -104,10 +106,13 @@ class Trainer:
         evaluator: ``evaluator(model, split) -> dict`` with at least ``loss`` (``acc`` optional), for
             models whose outputs are not ``[B, T, V]`` text logits; default: the LM evaluation
             (``slmlab.evaluate.lm.evaluate_source``).
+        parallel: a strategy of :mod:`slmlab.train.parallel` instead of the one ``cfg.parallel`` names
+            (a benchmark's DDP in a group of one, say).
     """
 
     def __init__(self, cfg: RunConfig, model, source, tokenizer=None, run_dir: str | Path | None = None,
-                 dist_info: DistInfo | None = None, device: torch.device | None = None, evaluator=None) -> None:
+                 dist_info: DistInfo | None = None, device: torch.device | None = None, evaluator=None,
+                 parallel=None) -> None:
         self.evaluator = evaluator
         self.cfg = cfg
         self.dist = dist_info or DistInfo()
@@ -126,15 +131,13 @@ class Trainer:
         )
         if cfg.gradient_checkpointing:  # every decoder layer recomputed in backward (use_reentrant=False)
             self.model.activation_checkpointing_enable()
+        self.parallel = parallel or build_parallel(cfg, self.dist, self.device)  # one process, DDP or FSDP2
+        self.parallel.shard(self.model)  # FSDP2: parameters become shards here, before the optimiser sees them
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.state = TrainState()
         self.losses: list[float] = []
-        self.train_model = self.model
-        if self.dist.enabled:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.train_model = DistributedDataParallel(self.model, device_ids=ids, find_unused_parameters=cfg.ddp_find_unused)
-        if cfg.compile:
-            self.train_model = torch.compile(self.train_model)
+        self.wrapped = self.parallel.wrap(self.model)  # DDP's wrapper, or the model
+        self.train_model = torch.compile(self.wrapped) if cfg.compile else self.wrapped
         self.autocast = autocast_factory(self.device, cfg.precision)
         self.n_params = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
         self._window_tokens, self._window_time = 0, 0.0  # since the last metrics record
@@ -160,31 +163,30 @@ class Trainer:
         )
 
     def load_checkpoint(self, ckpt: Path) -> dict:
-        """Load the weights, optimiser and RNG of ``ckpt``; returns its trainer state (a subclass that
-        saves something else than the whole model, e.g. a LoRA adapter, loads it here)."""
-        return load_training_state(ckpt, self.model, self.optimizer)
+        """Load the weights, optimiser and RNG of ``ckpt``, written at any world size, whole or sharded;
+        returns its trainer state (a subclass that saves something else than the whole model, e.g. a
+        LoRA adapter, loads it here)."""
+        return load_any_training_state(ckpt, self.model, self.optimizer)
 
     def checkpoint_model(self):
         """What a checkpoint saves as the model (``save_pretrained``, ``named_parameters``): the model."""
         return self.model
 
     def save(self) -> Path | None:
-        """Write a checkpoint of the current step (main rank only); returns its folder."""
-        path = None
-        if self.dist.is_main:
-            try:
-                path = save_checkpoint(
-                    self.ckpt_root, self.state.step, self.checkpoint_model(), self.tokenizer, self.optimizer,
-                    self.state.to_json(self.cfg, self.dist.world_size), self.cfg.to_dict(), self.cfg.keep_checkpoints,
-                    trained_context=self.source.seq_len, extra_json=self.checkpoint_json,
-                )
-            except NonFiniteWeights as err:
-                last = self.last_checkpoint()
-                raise TrainingDiverged(
-                    f"the weights became non-finite by step {self.state.step} ({err}); no checkpoint was written."
-                    f" Last good checkpoint: {last if last else 'none written yet'}. Lower optim.lr or check the data."
-                ) from None
-        return path
+        """Write a checkpoint of the current step: the main rank the whole model, or (FSDP2) every rank
+        its shards; returns the folder on the main rank."""
+        try:
+            return self.parallel.save_checkpoint(
+                self.ckpt_root, self.state.step, self.checkpoint_model(), self.tokenizer, self.optimizer,
+                self.state.to_json(self.cfg, self.dist.world_size), self.cfg.to_dict(), self.cfg.keep_checkpoints,
+                self.source.seq_len, self.checkpoint_json, self.dist,
+            )
+        except NonFiniteWeights as err:
+            last = self.last_checkpoint()
+            raise TrainingDiverged(
+                f"the weights became non-finite by step {self.state.step} ({err}); no checkpoint was written."
+                f" Last good checkpoint: {last if last else 'none written yet'}. Lower optim.lr or check the data."
+            ) from None
 
     def last_checkpoint(self) -> Path | None:
         found = list_checkpoints(self.ckpt_root)
@@ -207,8 +209,7 @@ class Trainer:
         kwargs["labels"] = batch["labels"].to(self.device)
         if self.scored_only:
             kwargs["scored_only"] = True
-        no_sync = self.train_model.no_sync if (self.dist.enabled and not sync and hasattr(self.train_model, "no_sync")) else nullcontext
-        with no_sync():
+        with self.parallel.accumulating(self.wrapped, sync):
             with self.autocast() if self.autocast else nullcontext():
                 out = self.train_model(**kwargs, use_cache=False)
             loss = out.loss / self.cfg.grad_accum
@@ -239,11 +240,10 @@ class Trainer:
         self._check_finite(loss_value)
         grad_norm = None
         if cfg.optim.grad_clip > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip))
+            grad_norm = self.parallel.clip_grad_norm(self.model, cfg.optim.grad_clip)
             self._check_finite(grad_norm, "gradient norm")
         else:  # no clipping: still never apply a non-finite update
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-            self._check_finite(float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0, "gradient norm")
+            self._check_finite(self.parallel.grad_norm(self.model), "gradient norm")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
@@ -309,8 +309,9 @@ class Trainer:
         self.state.best_val_loss = min(self.state.best_val_loss, result["loss"])
         if self.cfg.keep_best and "acc" in result and result["acc"] > self.state.best_acc:
             self.state.best_acc, self.state.best_step = float(result["acc"]), self.state.step
-            if self.dist.is_main:
-                self.model.save_pretrained(str(self.ckpt_root / "best"))
+            whole = self.parallel.full_model(self.model)  # FSDP2: gathered (every rank takes part)
+            if whole is not None:
+                whole.save_pretrained(str(self.ckpt_root / "best"))
         metrics.log("eval", self.state.step, self.state.last_eval)
         return result
 
