@@ -109,7 +109,10 @@ def test_decode_equals_prefill_on_the_int8_model(family):
             out = q(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
             steps.append(out.logits)
             cache = out.cache
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    # aten._weight_int8pack_mm blocks its fp32 accumulation by the row count M, so one row (decode) and M rows
+    # (prefill) may round apart: measured on this CI machine, 2 of 14,400 NeoLLM logits differ by 1.2e-4 (the
+    # same at the commit where it passed, so the CPU kernel path, not the model); fp32 stays at 1e-5 elsewhere
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=5e-4, rtol=0)
     greedy = generate(q, ids[:1], 8, use_plan=False)
     assert greedy.decode_path == "model forward" and greedy.shape == (1, ids.shape[1] + 8)
 
