@@ -88,8 +88,8 @@ def test_sampling_is_reproducible_with_a_generator():
     ids=["plan", "compiled", "forward", "padded"],
 )
 def test_generate_reports_the_decode_path_in_its_result_and_a_debug_line(kwargs, path, reason, caplog, monkeypatch):
-    # the compiled path's bookkeeping without a 10 s compile (the compiled step itself is a slow family test)
-    monkeypatch.setattr(loop, "compiled_step", lambda plan: plan.step_fn)
+    # the compiled path's bookkeeping without a compile (the packaged step itself: test_packaged_step.py)
+    monkeypatch.setattr(loop, "compiled_decoder", lambda plan: plan.step)
     model = tiny_model()
     ids = torch.randint(0, 64, (2, 5))
     with caplog.at_level(logging.DEBUG, logger="slmlab.generation"):

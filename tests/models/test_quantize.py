@@ -111,7 +111,7 @@ def test_decode_equals_prefill_on_the_int8_model(family):
             cache = out.cache
     # aten._weight_int8pack_mm blocks its fp32 accumulation by the row count M, so one row (decode) and M rows
     # (prefill) may round apart: measured on this CI machine, 2 of 14,400 NeoLLM logits differ by 1.2e-4 (the
-    # same at the commit where it passed, so the CPU kernel path, not the model); fp32 stays at 1e-5 elsewhere
+    # same at the commit where it passed, so the CPU's kernel path, not the model); fp32 stays at 1e-5 elsewhere
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=5e-4, rtol=0)
     greedy = generate(q, ids[:1], 8, use_plan=False)
     assert greedy.decode_path == "model forward" and greedy.shape == (1, ids.shape[1] + 8)
@@ -127,6 +127,19 @@ def test_the_decode_plan_keeps_int8_weights_and_matches_the_forward(family):
     assert planned.decode_path == "plan" and torch.equal(planned, forward)
     plan = q.decode_plan(ids.shape[1] + 10)
     assert type(plan.weights.head).__name__ == "Int8Columns"
+
+
+@pytest.mark.slow  # one AOTInductor compile per family (~15-60 s on 2 CPUs)
+@pytest.mark.parametrize("family", PLANNED)
+def test_the_packaged_decode_step_runs_the_int8_kernel_and_matches_the_forward(family):
+    """``generate(compile=True)`` on an int8 model: the AOTInductor package calls the int8 kernel
+    (an extern call in the generated C++) and gives the int8 model's own tokens."""
+    q = tiny(family)
+    quantize_int8(q)
+    ids = ids_for(q, batch=1)
+    compiled = generate(q, ids, 10, compile=True)
+    assert compiled.decode_path == "compiled plan"
+    assert torch.equal(compiled, generate(q, ids, 10, use_plan=False))
 
 
 def test_a_parent_can_keep_a_linear_in_float32():

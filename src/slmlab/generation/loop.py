@@ -7,27 +7,60 @@ this loop is the fast path the CLI uses.
 
 Families with a decode plan (:mod:`slmlab.generation.plan`; Lumen and LFM2) decode through it when
 the batch has no padding and no family inputs: the model's forward runs the prompt, the plan runs
-each new token. ``compile=True`` also compiles the plan's step with ``torch.compile`` (one compile
-per shape per process, about 5-15 s on a CPU; worth it for long generations). The path that ran is
+each new token. ``compile=True`` runs the plan's step compiled: on a CPU packaged ahead of time by
+AOTInductor (:mod:`.packaged`; tens of CPU-seconds the first time a layout is met, then loaded from
+the user's cache folder in about a second by every later process), elsewhere ``torch.compile``. A
+caller that holds :func:`~slmlab.layers.fused.frozen_weights` across many calls (a server, a
+benchmark) has the plan's arranged weights built once (:func:`weights_frozen`). The path that ran is
 the returned tensor's ``decode_path`` and one ``DEBUG`` line of the ``slmlab.generation`` logger.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 
-from ..layers.fused import frozen_weights
-from .plan import DecodePlan
+from ..layers.fused import frozen_epoch, frozen_weights
+from .packaged import packaged_step
+from .plan import DecodePlan, StepFn
 
 logger = logging.getLogger("slmlab.generation")
 
 PLAN, COMPILED_PLAN, MODEL_FORWARD = "plan", "compiled plan", "model forward"
 
 _COMPILED: dict = {}
+# model -> {(frozen-weights epoch, capacity): its decode plan (weights arranged, no states)}; only
+# inside a frozen_weights() block that a caller holds across generate() calls (see weights_frozen)
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+PLANS_PER_MODEL = 4
+
+
+@contextlib.contextmanager
+def weights_frozen() -> Iterator[None]:
+    """:func:`~slmlab.layers.fused.frozen_weights` for one :func:`generate` call, unless the caller
+    already holds such a block (a server's worker, a benchmark, a script that generates many times
+    from fixed weights): its promise then covers this call too, and what was arranged under it is
+    reused across calls: fused projections, and the decode plan's arranged weights (q|k|v and
+    gate|up concatenated and transposed: a copy of every weight, which for a 128-token generation
+    of the quickstart model costs as much as ~20 of its tokens). A block this function opens
+    forgets its plans when it closes."""
+    if frozen_epoch() is not None:
+        yield
+        return
+    with frozen_weights():
+        epoch = frozen_epoch()
+        try:
+            yield
+        finally:
+            for plans in list(_PLANS.values()):
+                for key in [k for k in plans if k[0] == epoch]:
+                    del plans[key]
 
 
 @dataclass
@@ -84,7 +117,7 @@ def sample_next(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Gene
 
 
 @torch.inference_mode()
-@frozen_weights()
+@weights_frozen()
 def generate(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -192,20 +225,51 @@ def forward_decoder(model: torch.nn.Module, cache, attention_mask: torch.Tensor 
 
 
 def plan_decoder(model: torch.nn.Module, cache, prompt_len: int, max_new_tokens: int, compile: bool) -> Decoder | None:
-    """Steps through the family's decode plan, taking over the prefilled ``cache``; None without a plan."""
-    plan = build_plan(model, prompt_len + max_new_tokens)
+    """Steps through the family's decode plan, taking over the prefilled ``cache``; None without a plan.
+
+    Compiled, the plan's buffers get :func:`compiled_capacity` positions (a few sizes, so that a
+    compiled step serves generations of many lengths)."""
+    needed = prompt_len + max_new_tokens
+    plan = frozen_plan(model, compiled_capacity(needed, model.max_positions()) if compile else needed)
     if plan is None:
         return None
     plan.start(cache)
     position = torch.tensor([prompt_len], device=plan.device)
-    step_fn = compiled_step(plan) if compile else None
+    step = compiled_decoder(plan) if compile else plan.step
 
-    def advance(tokens: torch.Tensor, step: int) -> torch.Tensor:
-        logits = plan.step(tokens, position, step_fn)
+    def advance(tokens: torch.Tensor, step_index: int) -> torch.Tensor:
+        logits = step(tokens, position)
         position.add_(1)
         return logits
 
     return advance
+
+
+def compiled_capacity(needed: int, limit: int | None, smallest: int = 256) -> int:
+    """Positions of a compiled plan's buffers: the power of two >= ``needed`` (at least ``smallest``),
+    or ``limit`` (the model's positions) when that is fewer. Attention reads the whole buffer under a
+    mask, so a larger buffer costs a little per token; a new size costs a compile."""
+    size = max(smallest, 1 << max(needed - 1, 0).bit_length())
+    return max(needed, min(size, limit)) if limit is not None else size
+
+
+def frozen_plan(model: torch.nn.Module, capacity: int) -> DecodePlan | None:
+    """:func:`build_plan`, reusing the weights of a plan built earlier in the same frozen-weights
+    block (:func:`weights_frozen`; up to :data:`PLANS_PER_MODEL` capacities per model). Returns a
+    plan of its own (no states yet), so calls never share buffers."""
+    epoch = frozen_epoch()
+    plans = _PLANS.setdefault(model, {})
+    key = (epoch, capacity)
+    if key not in plans:
+        plan = build_plan(model, capacity)
+        if plan is None or epoch is None:
+            return plan
+        for old in [k for k in plans if k[0] != epoch]:  # an earlier block's promise has ended
+            del plans[old]
+        while len(plans) >= PLANS_PER_MODEL:
+            del plans[next(iter(plans))]
+        plans[key] = plan
+    return dataclasses.replace(plans[key], states=[])
 
 
 def build_plan(model: torch.nn.Module, capacity: int) -> DecodePlan | None:
@@ -221,14 +285,33 @@ def build_plan(model: torch.nn.Module, capacity: int) -> DecodePlan | None:
     return model.decode_plan(capacity)
 
 
-def compiled_step(plan: DecodePlan):
-    """``torch.compile`` of the plan's step function, shared by every plan of that function.
+def compiled_decoder(plan: DecodePlan) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``step(tokens [B, 1], position [1]) -> logits [B, V]`` of a started plan, compiled.
 
-    Shapes are static (the plan's buffers have a fixed size), so each (batch, capacity) compiles once;
-    on CPU the C++ wrapper removes the Python overhead between kernels.
+    On a CPU: the step packaged by AOTInductor (:mod:`.packaged`: compiled once per layout into the
+    user's cache folder, loaded in milliseconds by later processes, no Python between its kernels).
+    Elsewhere: ``torch.compile`` of the step (:func:`compiled_step`)."""
+    if plan.device.type == "cpu":
+        batch = next(t for state in plan.states for t in state if isinstance(t, torch.Tensor)).shape[0]
+        return packaged_step(plan.step_fn, plan.weights, plan.states, batch).bind(plan.weights, plan.states)
+    step_fn = compiled_step(plan)
+    return lambda tokens, position: plan.step(tokens, position, step_fn)
+
+
+def compiled_step(plan: DecodePlan) -> StepFn:
+    """The plan's step function compiled: ``step(weights, states, tokens, position) -> logits``.
+
+    On a CPU it runs the AOTInductor package of the inputs' layout (:func:`.packaged.packaged_step`,
+    looked up on each call: for tests and tools; :func:`compiled_decoder` binds one plan once). Elsewhere
+    ``torch.compile`` of the step function, shared by every plan of that function: shapes are static
+    (the plan's buffers have a fixed size), so each (batch, capacity) compiles once.
     """
     fn = plan.step_fn
+    if plan.device.type == "cpu":
+        def packaged(weights, states: list, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+            return packaged_step(fn, weights, states, tokens.shape[0])(weights, states, tokens, position)
+
+        return packaged
     if fn not in _COMPILED:
-        options = {"cpp_wrapper": True} if plan.device.type == "cpu" else None
-        _COMPILED[fn] = torch.compile(fn, dynamic=False, fullgraph=True, options=options)
+        _COMPILED[fn] = torch.compile(fn, dynamic=False, fullgraph=True)
     return _COMPILED[fn]

@@ -109,7 +109,8 @@ class StackWeights:
         embed: ``[V, d]`` embedding table.
         head: ``[d, V]`` LM head, transposed (or int8 rows).
         norm: ``[d]`` final norm weight.
-        rope: complex ``[capacity, (H + H_kv) D / 2]`` RoPE factors for q|k in adjacent-pair order.
+        rope: ``[capacity, (H + H_kv) D / 2, 2]`` RoPE factors for q|k in adjacent-pair order, as real
+            ``(cos, sin)`` pairs (:func:`rope_multipliers`).
         slots: ``[1, 1, 1, capacity]`` slot indices (``slots <= position`` marks the filled ones).
         layers: one per-family layer dataclass per decoder layer.
     """
@@ -150,29 +151,33 @@ def pair_row_index(heads: int, head_dim: int, device: torch.device | None = None
 
 
 def rope_multipliers(capacity: int, head_dim: int, base: float, heads: int, device: torch.device) -> torch.Tensor:
-    """Per-position complex factors ``e^{i p θ_j}`` for a ``[heads * D]`` row in adjacent-pair order,
-    from the model's own :class:`RotaryEmbedding` tables (identical angles).
+    """Per-position factors ``e^{i p θ_j}`` for a ``[heads * D]`` row in adjacent-pair order, from the
+    model's own :class:`RotaryEmbedding` tables (identical angles), stored as real ``(cos, sin)`` pairs
+    (``torch.view_as_complex`` of a row is the complex factor; a real table keeps complex tensors out
+    of compiled graphs, which inductor cannot generate code for).
 
     Returns:
-        complex64 ``[capacity, heads * D / 2]``.
+        float32 ``[capacity, heads * D / 2, 2]``.
     """
     cos, sin = RotaryEmbedding(head_dim, base, 1.0, capacity).tables(capacity, device)
     half = head_dim // 2  # the tables repeat each angle for channels j and j + D/2
-    return torch.complex(cos[:capacity, :half], sin[:capacity, :half]).repeat(1, heads).contiguous()
+    return torch.stack((cos[:capacity, :half], sin[:capacity, :half]), dim=-1).repeat(1, heads, 1).contiguous()
 
 
 def rotate_pairs(x: torch.Tensor, multipliers: torch.Tensor) -> torch.Tensor:
-    """Multiply adjacent pairs of ``x [..., 2n]`` as complex numbers by ``multipliers [..., n]``.
+    """Multiply adjacent pairs of ``x [..., 2n]`` as complex numbers by ``multipliers [..., n, 2]``
+    (real ``(cos, sin)`` pairs, :func:`rope_multipliers`).
 
-    Eager PyTorch does it in one complex multiply; under ``torch.compile`` it is written in real
-    arithmetic, which inductor fuses into neighbouring kernels (it does not generate code for complex
-    tensors and would call back into eager for them).
+    Eager PyTorch does it in one complex multiply; under ``torch.compile`` / ``torch.export`` it is
+    written in real arithmetic, which inductor fuses into neighbouring kernels (it does not generate
+    code for complex tensors and would call back into eager for them).
     """
     if not torch.compiler.is_compiling():
-        return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * multipliers).flatten(-2)
+        turn = torch.view_as_complex(multipliers)
+        return torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (-1, 2))) * turn).flatten(-2)
     pairs = x.unflatten(-1, (-1, 2))
     re, im = pairs[..., 0], pairs[..., 1]
-    cos, sin = multipliers.real, multipliers.imag
+    cos, sin = multipliers[..., 0], multipliers[..., 1]
     return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).flatten(-2)
 
 
@@ -185,6 +190,11 @@ def cached_attention(
     allowed: torch.Tensor,
 ) -> torch.Tensor:
     """Write one token's keys/values at ``position`` and attend over the fixed-size buffers.
+
+    Eager PyTorch runs ``F.scaled_dot_product_attention``; a compiled step writes the same maths out
+    (one query: ``softmax(q K^T / sqrt(D)) V``, query heads grouped over their key/value head), which
+    inductor fuses into its own kernels around two small batched products, where the fused CPU
+    attention kernel costs more in set-up (allocations, blocking) than a one-token step computes.
 
     Args:
         q: ``[B, 1, H * D]``; k, v: ``[B, 1, H_kv * D]`` (RoPE already applied to q and k).
@@ -199,10 +209,15 @@ def cached_attention(
     heads = q.shape[-1] // head_dim
     keys.index_copy_(2, position, k.view(b, kv_heads, 1, head_dim))
     values.index_copy_(2, position, v.view(b, kv_heads, 1, head_dim))
-    out = F.scaled_dot_product_attention(
-        q.view(b, heads, 1, head_dim), keys, values, attn_mask=allowed, enable_gqa=heads != kv_heads
-    )
-    return out.view(b, 1, heads * head_dim)  # one query: [B, H, 1, D] is laid out as [B, 1, H * D]
+    if not torch.compiler.is_compiling():
+        out = F.scaled_dot_product_attention(
+            q.view(b, heads, 1, head_dim), keys, values, attn_mask=allowed, enable_gqa=heads != kv_heads
+        )
+        return out.view(b, 1, heads * head_dim)  # one query: [B, H, 1, D] is laid out as [B, 1, H * D]
+    grouped = q.view(b, kv_heads, heads // kv_heads, head_dim)  # query heads h = g * (H / H_kv) + j share K/V head g
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)) * head_dim**-0.5  # [B, H_kv, H / H_kv, L]
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    return torch.matmul(weights, values).reshape(b, 1, heads * head_dim)
 
 
 def feed_forward(x: torch.Tensor, ff: FeedForwardWeights, eps: float) -> torch.Tensor:

@@ -40,6 +40,13 @@ def frozen_weights() -> Iterator[None]:
         _FROZEN_EPOCH.reset(token)
 
 
+def frozen_epoch() -> int | None:
+    """The current :func:`frozen_weights` block's number, or ``None`` outside every block.
+
+    Anything cached under the promise is keyed by it, so a later block never reuses it."""
+    return _FROZEN_EPOCH.get()
+
+
 class ConcatenatedWeights:
     """The row-wise concatenation ``[W_1; W_2; ...]`` of some weights.
 
