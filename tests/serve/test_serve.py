@@ -291,6 +291,7 @@ def test_a_failing_decoding_step_fails_its_rows_and_the_server_goes_on(checkpoin
         return real_step(self)
 
     server = build_server(checkpoint, max_batch=4)  # its start-up probe runs the real step
+    server.worker.alone_first = False  # a lone request takes a row of the batch too
     monkeypatch.setattr(DecodeBatch, "step", flaky)
     with TestClient(server.app) as http:
         failed = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": 0})
@@ -298,3 +299,79 @@ def test_a_failing_decoding_step_fails_its_rows_and_the_server_goes_on(checkpoin
         ok = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 5, "temperature": 0})
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 5
         assert http.get("/health").json()["failed"] == 1
+
+
+def test_a_lone_request_decodes_alone_and_hands_over_to_the_batch_when_another_arrives(checkpoint, monkeypatch):
+    """With one active request the batching server runs the one-at-a-time path (generate and the
+    decode plan, no batched step); a second request moves the first into the batch mid-way, and both
+    texts equal generate() alone."""
+    from fastapi.testclient import TestClient
+
+    from slmlab.generation import generate
+    from slmlab.serve.batch import DecodeBatch
+    from slmlab.serve.server import build_server
+    from slmlab.serve.worker import Worker
+    from slmlab.train.saved import load_for_inference
+
+    steps, handed = [], []
+    real_step, real_join = DecodeBatch.step, Worker._join_handed_over
+    server = build_server(checkpoint, max_batch=4)  # its start-up probe runs the real step
+    monkeypatch.setattr(DecodeBatch, "step", lambda self: steps.append(len(self)) or real_step(self))
+    monkeypatch.setattr(Worker, "_join_handed_over", lambda self, rows, job: handed.append(job.tokens) or real_join(self, rows, job))
+    loaded = load_for_inference(checkpoint, "cpu")
+
+    def alone(prompt: str, n: int) -> str:
+        ids = torch.tensor([loaded.tokenizer(prompt, add_special_tokens=False)["input_ids"]])
+        return loaded.tokenizer.decode(generate(loaded.model, ids, n)[0, ids.shape[1]:])
+
+    def ask(http, prompt: str, n: int) -> dict:
+        return http.post("/v1/completions", json={"prompt": prompt, "max_tokens": n, "temperature": 0}).json()
+
+    with TestClient(server.app) as http:
+        assert ask(http, PROMPT, 24)["choices"][0]["text"] == alone(PROMPT, 24)
+        assert steps == [] and handed == []  # one request: no batched step ran
+        with ThreadPoolExecutor(2) as pool:
+            long = pool.submit(ask, http, PROMPT, 1500)
+            while http.get("/health").json()["tokens"] < 24 + 5:  # the long one is decoding alone
+                time.sleep(0.01)
+            short = ask(http, "Once upon a time", 16)
+            long = long.result()
+    assert len(handed) == 1 and 5 <= handed[0] < 1500 and max(steps) == 2
+    assert short["choices"][0]["text"] == alone("Once upon a time", 16)
+    assert long["choices"][0]["text"] == alone(PROMPT, 1500) and long["usage"]["completion_tokens"] == 1500
+
+
+@pytest.mark.parametrize("family", ["lumen", "lfm2", "pgsm"])
+def test_int8_weights_serve_with_continuous_batching(family, tmp_path):
+    """``--quantize int8`` keeps continuous batching (the start-up probe passes: each int8 output row
+    depends on its own input row only), and batched greedy completions equal the int8 model's
+    generate() alone."""
+    from fastapi.testclient import TestClient
+
+    from slmlab.generation import generate
+    from slmlab.models.quantize import quantize_int8, quantized_modules
+    from slmlab.serve.server import build_server
+    from slmlab.train.saved import load_for_inference
+
+    ckpt = build_checkpoint(family, tmp_path / family)
+    server = build_server(ckpt, max_batch=4, quantize="int8")
+    assert server.batching_refusal is None, server.batching_refusal
+    assert quantized_modules(server.served.model)
+    loaded = load_for_inference(ckpt, "cpu")
+    quantize_int8(loaded.model)
+    prompts = ["Hi", "Tell me a story about", "abc", "Once upon a time, far away"]
+    expected = []
+    for p in prompts:
+        ids = torch.tensor([loaded.tokenizer(p, add_special_tokens=False)["input_ids"]])
+        expected.append(loaded.tokenizer.decode(generate(loaded.model, ids, 32)[0, ids.shape[1]:]))
+    with TestClient(server.app) as http:
+        start = threading.Barrier(len(prompts))
+
+        def ask(p):
+            start.wait()
+            return http.post("/v1/completions", json={"prompt": p, "max_tokens": 32, "temperature": 0}).json()
+
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            answers = list(pool.map(ask, prompts))
+        assert [a["choices"][0]["text"] for a in answers] == expected
+        assert http.get("/health").json()["peak_running"] >= 2

@@ -1,8 +1,11 @@
 """Load: 32 concurrent streaming clients against `slmlab serve` (slow-marked, localhost only).
 
 Every request completes with its 16 tokens and no error, the greedy outputs equal those of the same
-requests served one at a time, and with --max-batch 8 the total throughput is at least 3x the
-one-at-a-time throughput. Both are measured here, back to back, in alternating rounds, and printed.
+requests served one at a time, and with --max-batch 8 the total throughput is at least 2.5x the
+one-at-a-time throughput. (It was 3x while both paths ran the same eager step; a lone request now
+decodes through the family's decode plan, which made the one-at-a-time reference 1.45x faster per
+CPU-second (126 -> 183 tok/s, same machine, same run) while the batched server went 443 -> 530 tok/s:
+the ratio fell to 2.8-2.9x because the reference got faster, not because batching got slower.) Both are measured here, back to back, in alternating rounds, and printed.
 Throughput is tokens per second of the server process's CPU time (user + system, all threads, from
 /proc): on a machine shared with other work the wall clock measures the scheduler as much as the
 server (wall-clock tokens/s vary 3x between rounds under a load average of 12 on 2 cores), so the
@@ -108,4 +111,4 @@ def test_32_streaming_clients_batched_match_one_at_a_time_and_are_3x_faster(tmp_
           f" wall clock: {total / seq_wall:.0f} vs {total / batched_wall:.0f} tok/s, {seq_wall / batched_wall:.2f}x"
           f" (rounds {', '.join(f'{s[1]:.2f}/{b[1]:.2f} s' for s, b in runs)}); time to first token median"
           f" {ttft[len(ttft) // 2] * 1000:.0f} ms, max {ttft[-1] * 1000:.0f} ms; load average {os.getloadavg()[0]:.1f}")
-    assert ratio >= 3.0
+    assert ratio >= 2.5

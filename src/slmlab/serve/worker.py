@@ -7,7 +7,11 @@ it is full). The worker thread then either
   requests (up to ``max_batch`` rows) and joins them to the running :class:`DecodeBatch`; each
   step feeds every row's last token through the model and its cache, samples one token per row
   with that row's own settings and random generator, and removes rows that finished or whose
-  client went away; or
+  client went away. A request that arrives at an idle worker with nobody behind it decodes
+  *alone* first, through :func:`slmlab.generation.generate` (the family's decode plan: one row
+  needs no padding mask, and the plan's step is the cheaper one); as soon as another request
+  waits, it hands over: its prompt and the tokens it has so far are prefilled as a row of the
+  batch, which goes on from its last token (one prefill, no token lost or repeated); or
 * **queues** (:meth:`Worker._run_sequential`): one request at a time through
   :func:`slmlab.generation.generate` (the family's decode plan when it has one).
 
@@ -81,6 +85,7 @@ class Job:
     cancelled: bool = False
     finished: bool = False
     tokens: int = 0
+    generated: list[int] = field(default_factory=list, repr=False)
     generator: torch.Generator | None = field(default=None, repr=False)
 
     def cancel(self) -> None:
@@ -102,6 +107,10 @@ class _Stop(Exception):
     """Ends :func:`generate` early from its callback (stop string, or the client went away)."""
 
 
+class _HandOver(Exception):
+    """Ends a request's lone :func:`generate` early because another request waits: it goes on in the batch."""
+
+
 class Worker:
     """The single model worker.
 
@@ -111,10 +120,15 @@ class Worker:
         max_batch: rows decoded together (1 = one request at a time).
         max_queue: requests that may wait for a row; more get 503.
         batched: continuous batching (True) or a queue served one request at a time (False).
+        alone_first: batched, a request that finds the worker idle and nobody waiting decodes
+            alone through ``generate`` until another request arrives (False: every request takes a
+            row of the batch from its start).
     """
 
-    def __init__(self, model, stop_ids: list[int], max_batch: int, max_queue: int, batched: bool) -> None:
+    def __init__(self, model, stop_ids: list[int], max_batch: int, max_queue: int, batched: bool,
+                 alone_first: bool = True) -> None:
         self.model = model
+        self.alone_first = alone_first
         self.device = model.device
         self.stop_ids = sorted(set(stop_ids))
         self.max_batch = max_batch
@@ -299,33 +313,58 @@ class Worker:
             job = self._next_job(block=True)
             if job is None:
                 return
-            with self.cond:
-                self.running = self.counts["peak_running"] = 1
+            self._decode_alone(job, hand_over=False)
 
-            def on_token(tokens: torch.Tensor, job=job) -> None:
-                if job.cancelled or self._stopping:
-                    raise _Stop
-                finished = self._token(job, int(tokens[0]))
-                self._flush()
-                if finished:
-                    raise _Stop
+    def _decode_alone(self, job: Job, hand_over: bool) -> bool:
+        """Decode ``job`` by itself through :func:`generate` to its end; with ``hand_over``, stop as
+        soon as another request waits. True when it stopped for that (``job.generated`` holds its
+        tokens so far, the last one not yet fed to the model)."""
+        with self.cond:
+            self.running = 1
+            self.counts["peak_running"] = max(self.counts["peak_running"], 1)
 
-            try:  # everything about this request, its preparation included, fails this request alone
-                self._prepare(job)
-                ids = torch.tensor([job.prompt_ids], device=self.device)
-                generate(self.model, ids, job.max_tokens, job.sampling, stop_tokens=self.stop_ids, callback=on_token,
-                         generator=job.generator)
-            except _Stop:
-                pass
-            except Exception as err:
-                self._fail(job, err)
-            if job.cancelled and not job.finished:
-                self._drop_cancelled(job)
-            elif not job.finished and not self._stopping:  # generate ended without a reason we know of
-                self._finish(job, "length")
+        def on_token(tokens: torch.Tensor, job=job) -> None:
+            if job.cancelled or self._stopping:
+                raise _Stop
+            token = int(tokens[0])
+            job.generated.append(token)
+            finished = self._token(job, token)
             self._flush()
-            with self.cond:
-                self.running = 0
+            if finished:
+                raise _Stop
+            if hand_over and self.waiting:  # a read of the deque's length: no lock needed for a hint
+                raise _HandOver
+
+        try:  # everything about this request, its preparation included, fails this request alone
+            self._prepare(job)
+            ids = torch.tensor([job.prompt_ids], device=self.device)
+            generate(self.model, ids, job.max_tokens, job.sampling, stop_tokens=self.stop_ids, callback=on_token,
+                     generator=job.generator)
+        except _Stop:
+            pass
+        except _HandOver:
+            return True
+        except Exception as err:
+            self._fail(job, err)
+        if job.cancelled and not job.finished:
+            self._drop_cancelled(job)
+        elif not job.finished and not self._stopping:  # generate ended without a reason we know of
+            self._finish(job, "length")
+        self._flush()
+        with self.cond:
+            self.running = 0
+        return False
+
+    def _join_handed_over(self, rows: _Rows, job: Job) -> None:
+        """Continue a request that decoded alone as the first row of the (empty) batch: prefill its
+        prompt and its tokens but the last, which the row feeds next."""
+        try:
+            prefilled = rows.batch.prefill([job.prompt_ids + job.generated[:-1]])
+            rows.batch.join(prefilled, torch.tensor(job.generated[-1:], device=self.device))
+            rows.jobs.append(job)
+        except Exception as err:
+            self._fail(job, err)
+            self._flush()
 
     def _sample(self, logits: torch.Tensor, jobs: list[Job]) -> list[int]:
         """One token per row, each with its own sampling settings and generator; a row whose sampling
@@ -392,6 +431,10 @@ class Worker:
             rows.batch.join(prefilled, tokens)
             rows.jobs.extend(group)
         admitted = self._admit(self.max_batch - len(rows.jobs), block=not rows.jobs) if rows.held is None else []
+        if self.alone_first and len(admitted) == 1 and not rows.jobs and rows.held is None and not self.waiting:
+            if self._decode_alone(admitted[0], hand_over=True):
+                self._join_handed_over(rows, admitted[0])
+            return
         for group in self._prefill_groups(admitted):
             if rows.held is not None:  # an earlier group could not join: the rest waits for the drain too
                 with self.cond:
