@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import generation_rows, print_table  # noqa: E402
 from llamacpp_anchor import agreement, available, llama_cpp_variants  # noqa: E402
 from slmlab.generation import generate  # noqa: E402
+from slmlab.layers import frozen_weights  # noqa: E402
 
 
 def quickstart_model(run: str | None):
@@ -89,7 +90,8 @@ def main() -> None:
             return twin.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
 
     rows = []
-    with tempfile.TemporaryDirectory() as folder:
+    # the weights never change here: a decode plan's arranged weights are reused across the calls (as a server does)
+    with tempfile.TemporaryDirectory() as folder, frozen_weights():
         for threads in [int(t) for t in args.threads.split(",")]:
             torch.set_num_threads(threads)
             reference = generate(model, ids, new)[0, len(prompt):].tolist()

@@ -46,6 +46,7 @@ from common import print_table  # noqa: E402
 from gpu_check import FAMILIES_100M  # noqa: E402
 from llamacpp_anchor import agreement, available, llama_cpp_variants  # noqa: E402
 from slmlab.generation import generate  # noqa: E402
+from slmlab.layers import frozen_weights  # noqa: E402
 from slmlab.models import get_family  # noqa: E402
 from slmlab.models.quantize import float_linears, quantize_int8  # noqa: E402
 
@@ -212,6 +213,25 @@ def bench_family(family: str, size: str, new: int, repeats: int, use_compile: bo
     return rows, split
 
 
+def _best(rows: list[dict], prefix: str) -> float:
+    return max((r["tokens/s"] for r in rows if r["side"].startswith(prefix)), default=float("nan"))
+
+
+def target_rows(rows: list[dict]) -> list[dict]:
+    """Per model, the ratios the issue sets targets for: our best int8 and float32 paths against each
+    other and against llama.cpp's q8_0 and f32 on the same weights (NaN where llama.cpp did not run)."""
+    out = []
+    for key in dict.fromkeys((r["family"], r["params"]) for r in rows):
+        block = [r for r in rows if (r["family"], r["params"]) == key]
+
+        fp32, int8 = _best(block, "fp32"), _best(block, "int8")
+        f32, q8 = _best(block, "llama.cpp f32"), _best(block, "llama.cpp q8_0")
+        out.append({"family": key[0], "params": key[1], "fp32 tok/s": fp32, "int8 tok/s": int8, "int8 / fp32": int8 / fp32,
+                    "llama.cpp f32": f32, "fp32 / llama.cpp f32": fp32 / f32, "llama.cpp q8_0": q8,
+                    "int8 / llama.cpp q8_0": int8 / q8})
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=("100m", "quickstart"), default="100m")
@@ -221,6 +241,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also time the compiled decode plans (Lumen, LFM2)")
     p.add_argument("--run", default=None, help="a trained run, checkpoint or saved model instead of seeded models")
+    p.add_argument("--quickstart-lumen", action="store_true",
+                   help="first the quickstart-size Lumen (lumen-3m, 2.75M parameters) in the same process")
     p.add_argument("--prompt", default="ROMEO:", help="the prompt with --run (its tokenizer encodes it)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall: elapsed time (default); cpu: this process's CPU time (stable on a busy machine)")
@@ -242,17 +264,22 @@ def main() -> None:
             block, split = bench_family(loaded.family.name, "run", args.new, args.repeats, args.compile, Path(folder),
                                         loaded.model, torch.tensor([prompt]))
             rows, splits = block, [split]
-        for family in [] if args.run is not None else args.families.split(","):
+        plan = [] if args.run is not None else [(f, args.size) for f in args.families.split(",")]
+        for family, size in [("lumen", "quickstart")] * args.quickstart_lumen + plan:
             t0 = time.perf_counter()
-            block, split = bench_family(family, args.size, args.new, args.repeats, args.compile, Path(folder))
+            with frozen_weights():  # fixed weights: decode plans are arranged once per model, as in a server
+                block, split = bench_family(family, size, args.new, args.repeats, args.compile, Path(folder))
             rows += block
             splits.append(split)
-            print(f"{family}: measured in {time.perf_counter() - t0:.0f} s", flush=True)
+            print(f"{family} ({size}): measured in {time.perf_counter() - t0:.0f} s, load average {os.getloadavg()[0]:.1f}",
+                  flush=True)
     print_table(rows, f"Decode, batch 1, {args.new} greedy tokens, {args.run or args.size + ' models'}: fp32 vs int8 weights"
                       " (x fp32: against the float model in the same turns)")
     bandwidth, cached = memory_bandwidth_gbs(), cached_kernel_gbs()
     print_table(splits, "Where a token's time goes: the matrix products alone (every weight once, uninstrumented) and"
                         " the rest; the int8 kernel's share of one profiled generation")
+    print_table(target_rows(rows), "Against the targets: int8 / fp32 >= 3 (PGSM, NanoHammer, NeoLLM at ~100M); fp32 /"
+                                   " llama.cpp f32 >= 0.95 at ~100M, >= 0.8 at 2.75M; int8 / llama.cpp q8_0 >= 0.8")
     print(f"\nthis machine, one thread, measured now: read bandwidth {bandwidth:.1f} GB/s (sum over 1 GiB);"
           f" the int8 kernel on a 1 MB weight that stays in cache: {cached:.1f} GB/s")
 

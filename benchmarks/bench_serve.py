@@ -5,8 +5,13 @@ what was learned), two servers run from the same checkpoint: ``--max-batch 1`` (
 time; through ``slmlab.generation.generate`` and the family's decode plan when it has one) and
 ``--max-batch 32`` (continuous batching). The same requests (greedy, ``--tokens`` new tokens each)
 go to the first one after another, then to the second from 1, 4, 16 and 32 concurrent streaming
-clients. When llama-cpp-python's server is installed (not in CI), the GGUF export of the lumen
-checkpoint (``slmlab export --to gguf``) is served by llama.cpp and measured the same way.
+clients (with one client the batching server serves each request alone, through ``generate``, as
+``--max-batch 1`` does: its ``x alone`` there should be ~1). When llama-cpp-python's server is
+installed (``pip install 'llama-cpp-python[server]'``; not in CI), the GGUF export of the lumen
+checkpoint (``slmlab export --to gguf``) is served by it and measured with the same requests, not
+streamed (its stream holds back byte tokens that end inside a UTF-8 character, which random weights
+on a byte-level vocabulary produce all the time, so only a whole answer's ``usage`` counts them; no
+time to first token); without it the script says so.
 Tokens/s counts the completion tokens the server reports (``usage``) per second of wall
 clock, and per second of the server process's CPU time (user + system, all threads, from /proc on
 Linux): on a machine shared with other work the wall clock also measures the scheduler, the CPU
@@ -110,20 +115,29 @@ async def stream_one(http: httpx.AsyncClient, url: str, prompt: str, tokens: int
                     first = time.perf_counter() - start
                 pieces += bool(choice["text"])
                 text.append(choice["text"])
-    # a server without stream_options.include_usage (llama-cpp-python's) streams one chunk per token
+    # a server without stream_options.include_usage streams one chunk per token
     return used or pieces, first if first is not None else time.perf_counter() - start, "".join(text)
 
 
-def run_level(url: str, pid: int, prompts: list[str], tokens: int, clients: int) -> dict:
-    """All ``prompts`` through ``clients`` concurrent streaming clients: tokens/s of wall clock and of
-    server CPU time, median time to first token."""
+async def complete_one(http: httpx.AsyncClient, url: str, prompt: str, tokens: int) -> tuple[int, float, str]:
+    """One greedy completion, not streamed: ``(completion tokens from usage, NaN, text)``."""
+    body = {"prompt": prompt, "max_tokens": tokens, "temperature": 0}
+    response = await http.post(f"{url}/v1/completions", json=body)
+    response.raise_for_status()
+    out = response.json()
+    return out["usage"]["completion_tokens"], float("nan"), out["choices"][0]["text"]
+
+
+def run_level(url: str, pid: int, prompts: list[str], tokens: int, clients: int, stream: bool = True) -> dict:
+    """All ``prompts`` through ``clients`` concurrent clients (streaming, or not): tokens/s of wall clock
+    and of server CPU time, median time to first token (NaN when not streamed)."""
     before = cpu_seconds(pid)
-    out = asyncio.run(_run_level(url, prompts, tokens, clients))
+    out = asyncio.run(_run_level(url, prompts, tokens, clients, stream_one if stream else complete_one))
     out["cpu tok/s"] = out["tokens"] / max(cpu_seconds(pid) - before, 1e-9)
     return out
 
 
-async def _run_level(url: str, prompts: list[str], tokens: int, clients: int) -> dict:
+async def _run_level(url: str, prompts: list[str], tokens: int, clients: int, one=stream_one) -> dict:
     limits = httpx.Limits(max_connections=clients + 4)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         queue = list(prompts)
@@ -131,7 +145,7 @@ async def _run_level(url: str, prompts: list[str], tokens: int, clients: int) ->
 
         async def client() -> None:
             while queue:
-                results.append(await stream_one(http, url, queue.pop(0), tokens))
+                results.append(await one(http, url, queue.pop(0), tokens))
 
         start = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
@@ -155,34 +169,38 @@ def bench_llama_server(ckpt: Path, tmp: Path, prompts: list[str], args, alone: d
     subprocess.run([sys.executable, "-m", "slmlab.cli", "export", str(ckpt), "--to", "gguf", str(gguf)], check=True,
                    env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), stdout=subprocess.DEVNULL)
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
-    rows = []
-    with server(ckpt, "--n_threads", str(args.threads), "--n_ctx", "1024", command=command, ready="/v1/models") as (url, pid):
-        run_level(url, pid, prompts[:2], args.tokens, 1)  # warm-up
+    # its default interrupts a running stream when the next request arrives; these requests queue instead
+    options = ("--n_threads", str(args.threads), "--n_ctx", "1024", "--interrupt_requests", "False")
+    with server(ckpt, *options, command=command, ready="/v1/models") as (url, pid):
+        # not streamed: its stream holds back the text of byte tokens that end inside a UTF-8 character
+        # (random weights on a byte-level vocabulary), so only the usage of a whole answer counts them
+        run_level(url, pid, prompts[:2], args.tokens, 1, stream=False)  # warm-up
         for clients in args.clients:
-            level = run_level(url, pid, prompts, args.tokens, clients)
-            rows.append({"family": "lumen", "server": "llama-server", "clients": clients, **level,
-                         "ratio": level["tok/s"] / alone["tok/s"], "cpu ratio": level["cpu tok/s"] / alone["cpu tok/s"]})
-    return rows
+            level = run_level(url, pid, prompts, args.tokens, clients, stream=False)
+            yield {"family": "lumen", "server": "llama-server", "clients": clients, **level,
+                   "ratio": level["tok/s"] / alone["tok/s"], "cpu ratio": level["cpu tok/s"] / alone["cpu tok/s"]}
 
 
-def bench_family(family: str, args) -> list[dict]:
+def bench_family(family: str, args):
+    """Yields the rows of one family as they are measured."""
     prompts = [f"Client {i} says" + " hello" * (i % 4) for i in range(args.requests)]  # 15 to 33 tokens
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = build_checkpoint(family, Path(tmp) / family)
         with server(ckpt, "--max-batch", "1", "--threads", str(args.threads)) as (url, pid):
             run_level(url, pid, prompts[:2], args.tokens, 1)  # warm-up
             alone = run_level(url, pid, prompts, args.tokens, 1)
-        rows.append({"family": family, "server": "one at a time", "clients": 1, **alone, "ratio": 1.0, "cpu ratio": 1.0})
+        yield {"family": family, "server": "one at a time", "clients": 1, **alone, "ratio": 1.0, "cpu ratio": 1.0}
         with server(ckpt, "--max-batch", str(args.max_batch), "--threads", str(args.threads)) as (url, pid):
             run_level(url, pid, prompts[:4], args.tokens, 4)  # warm-up
             for clients in args.clients:
                 level = run_level(url, pid, prompts, args.tokens, clients)
-                rows.append({"family": family, "server": f"--max-batch {args.max_batch}", "clients": clients, **level,
-                             "ratio": level["tok/s"] / alone["tok/s"], "cpu ratio": level["cpu tok/s"] / alone["cpu tok/s"]})
+                yield {"family": family, "server": f"--max-batch {args.max_batch}", "clients": clients, **level,
+                       "ratio": level["tok/s"] / alone["tok/s"], "cpu ratio": level["cpu tok/s"] / alone["cpu tok/s"]}
         if family == "lumen" and llama_server_available():
-            rows += bench_llama_server(ckpt, Path(tmp), prompts, args, alone)
-    return rows
+            try:
+                yield from bench_llama_server(ckpt, Path(tmp), prompts, args, alone)
+            except (httpx.HTTPError, RuntimeError) as err:
+                print(f"# llama-cpp-python's server failed during the measurement: {type(err).__name__}: {err}")
 
 
 def main() -> None:

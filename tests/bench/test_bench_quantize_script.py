@@ -37,3 +37,15 @@ def test_bench_quantize_measures_a_family_side_by_side(tmp_path):
     assert split["int8 linears"] == 4 * 7 + 1 and split["float linears"] == 0  # lumen-3m: 4 x 7 projections + the head
     assert 0 < split["profiled: kernel %"] < 100 and split["kernel calls/tok"] >= 4 * 4 + 1  # plan: qkv, o, gate|up, down + head
     assert split["int8 products ms"] > 0 and split["int8 GB/s"] > 0 and split["fp32 GB/s"] > 0
+
+
+def test_the_target_table_compares_best_paths_with_llama_cpp():
+    bench = load("bench_quantize")
+    rows = [{"family": "lumen", "params": "2.8M", "side": side, "tokens/s": tps} for side, tps in
+            [("fp32", 100.0), ("int8", 150.0), ("fp32 compiled", 200.0), ("int8 compiled", 300.0),
+             ("llama.cpp f32 (GGUF, 1 threads; plain)", 250.0), ("llama.cpp q8_0 (GGUF, 1 threads; plain)", 400.0)]]
+    rows.append({"family": "pgsm", "params": "2.1M", "side": "fp32", "tokens/s": 10.0})
+    rows.append({"family": "pgsm", "params": "2.1M", "side": "int8", "tokens/s": 30.0})
+    lumen, pgsm = bench.target_rows(rows)
+    assert lumen["int8 / fp32"] == 1.5 and lumen["fp32 / llama.cpp f32"] == 0.8 and lumen["int8 / llama.cpp q8_0"] == 0.75
+    assert pgsm["int8 / fp32"] == 3.0 and pgsm["llama.cpp f32"] != pgsm["llama.cpp f32"]  # NaN: no llama.cpp row
