@@ -1,5 +1,6 @@
-"""Why attention plateaus on T2 (single-query associative recall): learning curves of the bench's
-``attn2-z`` on T2 and on MQAR with one or all queries scored (``docs/bench.md``, "T2 (R3)").
+"""Why attention plateaus on single-query associative recall (the published T2, ``ar:cpu,layout=single``), and
+that it solves the suite's multi-query T2 (``ar:cpu``): learning curves of the bench's ``attn2-z`` on both and
+on MQAR with one or all queries scored (``docs/results/bench.md``, the T2 diagnosis).
 
 Every case trains on fresh rows every step (AdamW β (0.9, 0.98), weight decay 0.1 on matrices, clip 1.0,
 10% warm-up then cosine) and prints validation accuracy at the scored positions every ``--eval-every``
@@ -7,8 +8,10 @@ steps. ``mqar-one`` keeps one randomly chosen query of each MQAR row scored (sam
 
     .venv/bin/python benchmarks/bench_t2_recall.py --case mqar-all --steps 1500     # solved by step 500
     .venv/bin/python benchmarks/bench_t2_recall.py --case mqar-one --steps 1500     # plateau at ~0.32
-    .venv/bin/python benchmarks/bench_t2_recall.py --case ar --task ar:cpu,T=16 --steps 12000
-    .venv/bin/python benchmarks/bench_t2_recall.py --case ar --task ar:cpu --train-on all --steps 2000
+    .venv/bin/python benchmarks/bench_t2_recall.py --case ar --task ar:cpu,layout=single,T=16 --steps 12000
+    .venv/bin/python benchmarks/bench_t2_recall.py --case ar --train-on all --steps 2000
+    .venv/bin/python benchmarks/bench_t2_recall.py --case t2 --steps 1500                # the suite's T2: solved
+    .venv/bin/python benchmarks/bench_t2_recall.py --case t2 --model shortconv4 --steps 1500   # stays at 1/19
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from slmlab.data.tasks import IGNORE_INDEX, TaskBatch, parse_task_spec, to_hf_la
 from slmlab.train.config import OptimConfig
 from slmlab.train.optim import build_optimizer
 
-CASES = {"ar": "ar:cpu", "mqar-all": "mqar:cpu,V=40,T=16,N=4", "mqar-one": "mqar:cpu,V=40,T=16,N=4"}
+CASES = {"ar": "ar:cpu,layout=single", "t2": "ar:cpu", "mqar-all": "mqar:cpu,V=40,T=16,N=4",
+         "mqar-one": "mqar:cpu,V=40,T=16,N=4"}
 
 
 def one_query(batch: TaskBatch, rng: np.random.Generator) -> TaskBatch:

@@ -27,6 +27,7 @@ from slmlab.data.tasks import (
 from slmlab.data.tasks.distance import FILLER, KEYS, QUERY, STORE, VALUES
 from slmlab.models.base import causal_lm_loss
 
+SINGLE_AR_DIGEST = "65cb2369ae7e4bd1"  # the rows of the single-query generator before issue 33 (commit 7adaeab)
 SMALL_MQAR = dict(V=256, T=64, N=8, n_train=10, n_test=10)
 SMALL_T7 = dict(T=64, distance=40, D=3, n_train=10, n_test=10)
 
@@ -35,7 +36,7 @@ SMALL_T7 = dict(T=64, distance=40, D=3, n_train=10, n_test=10)
 SMALL_SPECS = {
     "mqar": ["mqar:cpu,V=256,N=8", "mqar:cpu,V=256,N=8,filler=random", "mqar:cpu,V=256,N=4,num_passes=3"],
     "t7": ["t7:cpu,T=64,distance=40,D=3"],
-    "ar": ["ar:cpu,T=32", "ar:cpu,T=33"],
+    "ar": ["ar:cpu", "ar:cpu,T=33,N=4", "ar:cpu,layout=single,T=32", "ar:cpu,layout=single,T=33"],
     "selective_copy": ["t3:cpu,T=64,M=8", "t3:cpu,T=64,M=8,variable=false"],
     "induction": ["t4:cpu,variant=trigger,V=16,T=32", "t4:cpu,T=64"],
     "niah": [f"t5:cpu,T=96,variant={v}" for v in ("single", "multikey", "multivalue", "multiquery", "vartrack")]
@@ -303,21 +304,70 @@ def test_every_registered_task_keeps_the_batch_contract(name):
 # -- T2-T6 invariants (benchmark spec section 2) ------------------------------------------------
 
 
-def test_ar_label_is_the_maps_value_of_the_queried_key():
-    from slmlab.data.tasks.ar import COPY, KEYS, VALUES
+def test_ar_single_layout_label_is_the_maps_value_of_the_queried_key():
+    from slmlab.data.tasks.ar import COPY
 
     for T in (32, 33):
-        b = parse_task_spec(f"ar:cpu,T={T}").make(300, 0, "train")
+        b = parse_task_spec(f"ar:cpu,layout=single,T={T}").make(300, 0, "train")
         assert (b.retrieval_positions[:, 0] == T - 2).all() and (b.inputs[:, T - 3] == COPY).all()
         for x, y in zip(b.inputs, b.labels):
             start = (T - 3) % 2
             keys, values = x[start : T - 3 : 2], x[start + 1 : T - 3 : 2]
-            assert ((keys >= KEYS[0]) & (keys < KEYS[1])).all() and ((values >= VALUES[0]) & (values < VALUES[1])).all()
+            assert ((keys >= 2) & (keys < 21)).all() and ((values >= 21) & (values < 40)).all()
             mapping = {}
             for k, v in zip(keys, values):
                 assert mapping.setdefault(k, v) == v  # repeated keys keep their value
             assert x[T - 2] in mapping and y[T - 2] == mapping[x[T - 2]] == x[T - 1]  # the answer follows the key
         assert len(np.unique(b.labels[:, T - 2])) > 10  # every value occurs as an answer
+
+
+def test_t2_is_multi_query_recall_at_the_cpu_setting():
+    """The numbers that define the suite's T2 (issue 33): the published 40-token vocabulary, 6 pairs in 32 tokens,
+    a gap of 7 so that no pair is within 9 tokens (shortconv4's receptive field) of any query, and 1/19 as the
+    accuracy of any model that reads no pair."""
+    from slmlab.data.tasks.ar import MIN_GAP
+
+    task = parse_task_spec("ar:cpu")
+    assert (task.layout, task.T, task.K, task.num_pairs, task.gap, task.vocab_size) == ("multi", 32, 19, 6, 7, 40)
+    assert MIN_GAP == 7 and task.query_start == 20 and (task.n_train, task.n_test) == (10_000, 1_000)
+    assert task.no_read_accuracy(9) == 1 / 19 == task.no_read_accuracy(1)
+    with pytest.raises(ValueError, match="reaches a pair"):
+        task.no_read_accuracy(10)
+    assert parse_task_spec("t2:cpu") == task
+    gpu = parse_task_spec("ar:gpu")
+    assert (gpu.T, gpu.K, gpu.num_pairs, gpu.gap, gpu.vocab_size) == (256, 64, 62, 7, 130)
+    assert parse_task_spec("ar:cpu,T=64").num_pairs == 14 and parse_task_spec("ar:cpu,T=16").num_pairs == 2
+
+
+@pytest.mark.parametrize("spec", ["ar:cpu", "ar:cpu,T=33,N=4", "ar:gpu,n_train=10,n_test=10"])
+def test_ar_multi_queries_every_key_once_beyond_a_9_token_window(spec):
+    from slmlab.data.tasks.ar import COPY, PAD
+
+    task = parse_task_spec(spec)
+    T, N, K, q0 = task.T, task.num_pairs, task.K, task.query_start
+    b = task.make(200, 0, "train")
+    assert (b.retrieval_positions == np.arange(q0, T, 2)).all() and q0 == T - 2 * N
+    for x, y in zip(b.inputs, b.labels):
+        keys, values = x[0 : 2 * N : 2], x[1 : 2 * N : 2]
+        assert len(set(keys)) == N and ((keys >= 2) & (keys < 2 + K)).all()
+        assert len(set(values)) == N and ((values >= 2 + K) & (values < 2 + 2 * K)).all()
+        assert (x[2 * N : q0 - 1] == PAD).all() and x[q0 - 1] == COPY and (x[q0 + 1 :: 2] == PAD).all()
+        pair = dict(zip(keys, values))
+        queries = x[q0::2]
+        assert sorted(queries) == sorted(keys)  # every key queried exactly once
+        assert all(y[p] == pair[x[p]] for p in range(q0, T, 2))
+        assert (np.delete(y, np.arange(q0, T, 2)) == IGNORE_INDEX).all()
+        for p in range(q0, T, 2):  # a 9-token window ending at a query holds no value
+            assert not (x[p - 8 : p + 1] >= 2 + K).any()
+    assert len({tuple(r) for r in b.inputs[:, q0::2]}) > 150  # the query order varies
+
+
+def test_ar_single_layout_keeps_the_published_rows():
+    """The published layout draws the same rows as before the multi-query T2 existed (hash of seed 0's rows)."""
+    import hashlib
+
+    b = parse_task_spec("ar:cpu,layout=single,T=64").make(64, 0, "train")
+    assert hashlib.sha256(b.inputs.tobytes() + b.labels.tobytes()).hexdigest()[:16] == SINGLE_AR_DIGEST
 
 
 @pytest.mark.parametrize("variable", [True, False])
@@ -443,7 +493,7 @@ def test_passkey_scored_bytes_are_the_passkey_digits_at_their_depth():
         assert abs((start - len(INSTRUCTION)) / task.filler_len - depth / 10) <= 0.05  # at the nearest sentence boundary
 
 
-@pytest.mark.parametrize("spec", ["ar:cpu,T=32,n_train=200,n_test=50", "t5:cpu,T=96,n_train=200,n_test=50"])
+@pytest.mark.parametrize("spec", ["ar:cpu,n_train=200,n_test=50", "t5:cpu,T=96,n_train=200,n_test=50"])
 def test_the_leakage_check_runs_for_new_tasks(spec):
     from slmlab.data.sources import TaskSource
 
@@ -455,7 +505,12 @@ def test_the_leakage_check_runs_for_new_tasks(spec):
 @pytest.mark.parametrize(
     "spec, match",
     [
-        ("ar:cpu,T=5", "T must be >= 7"),
+        ("ar:cpu,layout=single,T=5", "T must be >= 7"),
+        ("ar:cpu,T=8", "cannot hold 1 pairs, COPY and their queries"),
+        ("ar:cpu,N=20", "N must be in \\[1, K=19\\]"),
+        ("ar:cpu,T=16,N=4", "need T >= 4N \\+ 1"),
+        ("ar:cpu,layout=double", "layout must be one of"),
+        ("ar:cpu,K=1", "K must be >= 2"),
         ("t3:cpu,T=16,M=8", "need T >= 2M \\+ 1"),
         ("t3:cpu,variable=maybe", "expects true or false"),
         ("t4:cpu,variant=loop", "variant must be one of"),
