@@ -37,14 +37,15 @@ def test_every_built_in_group_names_its_step_budget_and_a_larger_time_cap(tier):
 
 
 # Idle 2-core seconds per step (evaluations included) the CPU tiers were sized with: the cpu-full runs of
-# docs/results/bench-cpu-full/results.jsonl, those measured at load 4-8 (runs 5-25) halved (tier file comments).
+# docs/results/bench-cpu-full/results.jsonl, those measured at load 4-8 (runs 5-25) halved (tier file comments);
+# the multi-query T2 (ar:cpu, T 32): CPU seconds of a training step plus 15% for the evaluations.
 STEP_COST = {
     ("mqar:cpu", "attn2-z"): 0.032, ("mqar:cpu", "shortconv4"): 0.050, ("mqar:cpu", "longconv4"): 0.074,
     ("mqar:cpu", "lfm2-hyb-cpu"): 0.227, ("mqar:cpu,T=128,N=8", "attn2-z"): 0.105,
     ("mqar:cpu,T=128,N=8", "shortconv4"): 0.130, ("mqar:cpu,T=128,N=8", "longconv4"): 0.179,
-    ("mqar:cpu,T=128,N=8", "lfm2-hyb-cpu"): 0.427, ("ar:cpu", "attn2-z"): 0.027, ("ar:cpu", "shortconv4"): 0.037,
-    ("ar:cpu", "longconv4"): 0.054, ("ar:cpu", "lfm2-hyb-cpu"): 0.106, ("ar:cpu", "attn2-rope"): 0.068,
-    ("ar:cpu", "pgsm-cpu"): 0.115, ("t3:cpu", "attn2-rope"): 0.221, ("t3:cpu", "shortconv4"): 0.109,
+    ("mqar:cpu,T=128,N=8", "lfm2-hyb-cpu"): 0.427, ("ar:cpu", "attn2-z"): 0.016, ("ar:cpu", "shortconv4"): 0.028,
+    ("ar:cpu", "longconv4"): 0.048, ("ar:cpu", "lfm2-hyb-cpu"): 0.092, ("ar:cpu", "attn2-rope"): 0.038,
+    ("ar:cpu", "pgsm-cpu"): 0.082, ("t3:cpu", "attn2-rope"): 0.221, ("t3:cpu", "shortconv4"): 0.109,
     ("t3:cpu", "longconv4"): 0.201, ("t4:cpu", "attn2-rope"): 0.065, ("t5:cpu", "attn2-rope"): 0.175,
     ("t5:cpu", "shortconv4"): 0.077, ("t5:cpu,variant=multikey", "attn2-rope"): 0.165,
     ("t5:cpu,variant=multikey", "shortconv4"): 0.113, ("t7:cpu", "attn2-rope"): 0.142, ("t7:cpu", "pgsm-cpu"): 0.180,

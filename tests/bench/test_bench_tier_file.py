@@ -11,11 +11,12 @@ from slmlab.bench.tier_file import builtin_tiers, load_tier_file, tier_path, tie
 
 
 @pytest.mark.parametrize(("tier", "runs", "seeds", "steps"), [
-    ("cpu-smoke", 5, 1, 7_884), ("cpu-full", 99, 3, 163_431), ("gpu-paper", 672, 3, 24_239_220), ("micro", 2, 1, 10)])
+    ("cpu-smoke", 5, 1, 7_884), ("cpu-full", 99, 3, 168_345), ("gpu-paper", 672, 3, 24_239_220), ("micro", 2, 1, 10)])
 def test_built_in_tiers_are_their_files(tier, runs, seeds, steps):
     """Each built-in name reads its own file; the counts, seeds and step budgets are the tiers the docs describe."""
     name, description, plans = load_tier_file(tier_path(tier))
-    assert list(builtin_tiers()) == ["cpu-smoke", "cpu-full", "gpu-paper", "micro"]
+    assert list(builtin_tiers()) == ["cpu-smoke", "cpu-full", "gpu-paper", "micro", "claim-neollm-xsa",
+                                    "claim-pgsm-retrieval-dim", "claim-t2-separation", "gpu-claims"]
     assert name == tier and description and tier_path(tier).parent.name == "tiers"
     assert len(plans) == runs == len({p.key for p in plans}) and len({p.seed for p in plans}) == seeds
     assert sum(p.max_steps for p in plans) == steps
@@ -38,7 +39,7 @@ def test_bench_list_yaml_prints_the_tier_file(capsys, tmp_path):
     copy.write_text(capsys.readouterr().out)
     assert load_tier_file(copy) == load_tier_file(tier_path("cpu-full"))
     assert cli.main(["bench", "list", "--yaml", "nope"]) == 2
-    assert "unknown tier 'nope'; known: cpu-smoke, cpu-full, gpu-paper, micro" in capsys.readouterr().err
+    assert "unknown tier 'nope'; known: cpu-smoke, cpu-full, gpu-paper, micro, claim-" in capsys.readouterr().err
 
 
 def test_a_group_is_the_product_of_its_lists_with_its_budget(tmp_path):

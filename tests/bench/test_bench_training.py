@@ -53,7 +53,7 @@ def test_fresh_source_is_a_function_of_step_and_rank():
 
 
 def test_train_on_all_gives_full_lm_labels_for_training_only():
-    task = parse_task_spec("ar:cpu,T=32,n_train=32,n_test=8")
+    task = parse_task_spec("ar:cpu,layout=single,T=32,n_train=32,n_test=8")
     source = TaskSource("ar", task, train_on="all")
     train = next(source.batches("train", 4, seed=0))
     assert torch.equal(train["labels"], train["input_ids"])
@@ -70,7 +70,7 @@ def test_run_config_train_on_reaches_the_source_and_the_trainer(tmp_path):
     from slmlab.train.trainer import Trainer
 
     for train_on, full in (("all", True), ("scored", False)):
-        cfg = load_config(overrides=[f"train_on={train_on}", "data=ar:cpu,T=32,n_train=32,n_test=8", "device=cpu",
+        cfg = load_config(overrides=[f"train_on={train_on}", "data=ar:cpu,layout=single,T=32,n_train=32,n_test=8", "device=cpu",
                                      f"out_dir={tmp_path / train_on}"])
         source = open_source(cfg, None)
         batch = next(source.batches("train", 4, seed=0))

@@ -5,7 +5,8 @@
 * ``t1_acc_vs_state.png``: accuracy vs inference state (floats, log x): the recall–memory trade-off.
 * ``t4_acc_vs_length.png``: induction accuracy vs test length (log x), training length marked.
 * ``t5_depth_length.png`` / ``t6_depth_length.png``: depth × length heat-maps of ``exact``.
-* ``t7_acc_vs_distance.png``: T7 accuracy vs distance per model.
+* ``t7_acc_vs_distance.png``: T7 accuracy vs distance per model; ``t7_acc_vs_retrieval_dim.png``: T7 accuracy vs
+  ``retrieval_dim`` (a sweep in ``model_config``), the seed-001 claim's curve.
 * ``best_acc.png``: every (task spec, model) at its best lr (chosen on validation), with the 95%
   interval across seeds and examples.
 Only complete runs are drawn (a run the ``max_time`` cap stopped, or a diverged one, is no point on any
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from .report import best_of_lr, latest, status
+from .report import best_of_lr, latest, model_label, status
 
 
 def _pyplot():
@@ -60,7 +61,7 @@ def _best_acc(plt, rows, out, written) -> None:
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(rows) + 1.2))
-    labels = [f"{r['task_spec']} | {r['model']}" for r in rows]
+    labels = [f"{r['task_spec']} | {model_label(r)}" for r in rows]
     acc = [r["acc"]["mean"] for r in rows]
     err = [[a - r["ci"][0] for a, r in zip(acc, rows)], [r["ci"][1] - a for a, r in zip(acc, rows)]]
     ax.barh(range(len(rows)), acc, xerr=err, color="tab:blue", alpha=0.8)
@@ -78,7 +79,7 @@ def _t1(plt, rows, out, written) -> None:
     by_cfg = defaultdict(lambda: defaultdict(list))
     for r in t1:
         cfg = r["lines"][0]["task_config"]
-        by_cfg[(cfg["T"], cfg["N"])][r["model"]].append((r["d_model"], r["acc"]["mean"]))
+        by_cfg[(cfg["T"], cfg["N"])][model_label(r)].append((r["d_model"], r["acc"]["mean"]))
     fig, axes = plt.subplots(1, len(by_cfg), figsize=(3.2 * len(by_cfg), 3), squeeze=False)
     for ax, ((T, N), models) in zip(axes[0], sorted(by_cfg.items())):
         for model, points in sorted(models.items()):
@@ -92,8 +93,8 @@ def _t1(plt, rows, out, written) -> None:
     axes[0][-1].legend(fontsize=7)
     _save(fig, out / "t1_acc_vs_d.png", written)
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for model in sorted({r["model"] for r in t1}):
-        pts = [(r["state_floats"], r["acc"]["mean"]) for r in t1 if r["model"] == model]
+    for model in sorted({model_label(r) for r in t1}):
+        pts = [(r["state_floats"], r["acc"]["mean"]) for r in t1 if model_label(r) == model]
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=model)
     ax.set_xscale("log")
     ax.set_xlabel("inference state (floats, excl. weights)")
@@ -149,8 +150,8 @@ def _t7(plt, rows, out, written) -> None:
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for model in sorted({r["model"] for r in rows}):
-        pts = sorted((r["lines"][0]["task_config"]["distance"], r["acc"]["mean"]) for r in rows if r["model"] == model)
+    for model in sorted({model_label(r) for r in rows}):
+        pts = sorted((r["lines"][0]["task_config"]["distance"], r["acc"]["mean"]) for r in rows if model_label(r) == model)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=model)
     ax.axhline(1 / 64, color="grey", ls=":", label="chance (1/64)")
     ax.set_ylim(-0.02, 1.02)
@@ -158,3 +159,19 @@ def _t7(plt, rows, out, written) -> None:
     ax.set_ylabel("T7 accuracy")
     ax.legend(fontsize=7)
     _save(fig, out / "t7_acc_vs_distance.png", written)
+    swept = [r for r in rows if "retrieval_dim" in r["model_config"]]
+    if not swept:
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for spec in sorted({r["task_spec"] for r in swept}):
+        pts = sorted((r["model_config"]["retrieval_dim"], r["acc"]["mean"], r["ci"]) for r in swept if r["task_spec"] == spec)
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[[p[1] - p[2][0] for p in pts], [p[2][1] - p[1] for p in pts]],
+                    fmt="o-", capsize=3, label=spec)
+    ax.axhline(0.95, color="grey", ls="--", label="strong (0.95)")
+    ax.axhline(1 / 64, color="grey", ls=":", label="chance (1/64)")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("retrieval_dim")
+    ax.set_ylabel("T7 accuracy (seeds' mean, 95% CI)")
+    ax.legend(fontsize=7)
+    _save(fig, out / "t7_acc_vs_retrieval_dim.png", written)

@@ -14,8 +14,19 @@ from collections import defaultdict
 from .anchors import Anchor
 from .stats import seed_example_ci, seed_summary
 
-CONFIG_KEYS = ("task", "task_spec", "model", "d_model")
+CONFIG_KEYS = ("task", "task_spec", "model", "model_config", "d_model")
 CLAIM_SEEDS = 3  # a row with fewer complete seeds is a reading, not a claim
+
+
+def config_text(config: dict | None) -> str:
+    """``"retrieval_dim=64,use_xsa=False"``: a run's ``model_config`` overrides as its key writes them."""
+    return ",".join(f"{k}={v}" for k, v in (config or {}).items())
+
+
+def model_label(row: dict) -> str:
+    """``model`` or ``model[field=value,...]``: the model column of a row or line with ``model_config``."""
+    extra = config_text(row.get("model_config"))
+    return f"{row['model']}[{extra}]" if extra else row["model"]
 
 
 def status(line: dict) -> str:
@@ -45,7 +56,7 @@ def latest(lines: list[dict]) -> list[dict]:
 
 
 def best_of_lr(lines: list[dict]) -> list[dict]:
-    """Per (task spec, model, d_model): the lr whose seeds have the best mean validation accuracy
+    """Per (task spec, model, model_config, d_model): the lr whose seeds have the best mean validation accuracy
     (``best_val_acc``, the kept weights' score; never the test split), among the lrs with at least one
     complete seed and no diverged one; that lr's test metrics over its complete seeds.
 
@@ -57,7 +68,8 @@ def best_of_lr(lines: list[dict]) -> list[dict]:
     """
     groups: dict[tuple, dict[float, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for line in latest(lines):
-        groups[tuple(line.get(k) for k in CONFIG_KEYS)][line["lr"]].append(line)
+        groups[tuple(config_text(line.get(k)) if k == "model_config" else line.get(k) for k in CONFIG_KEYS)][
+            line["lr"]].append(line)
     out = []
     for key, by_lr in groups.items():
         every = [x for runs in by_lr.values() for x in runs]
@@ -75,7 +87,8 @@ def best_of_lr(lines: list[dict]) -> list[dict]:
             if not n_diverged:
                 candidates[lr] = (entry["val"], done)
         first = every[0]
-        row = {**dict(zip(CONFIG_KEYS, key)), "params_total": first["params_total"],
+        row = {**dict(zip(CONFIG_KEYS, key)), "model_config": dict(first.get("model_config") or {}),
+               "params_total": first["params_total"],
                "params_nonembedding": first["params_nonembedding"], "state_floats": first["state_floats"],
                "by_lr": table, "incomplete": sum(status(x) == "incomplete" for x in every), "diverged": diverged,
                "selected_on": "validation", "best_lr": None, "acc": None, "ci": None, "claim": False, "lines": []}
@@ -92,7 +105,13 @@ def best_of_lr(lines: list[dict]) -> list[dict]:
                 steps=best[0]["steps"], wall_s=best[0]["wall_s"], lines=best,
             )
         out.append(row)
-    return sorted(out, key=lambda r: (r["task"], r["task_spec"], r["model"], r["d_model"] or 0))
+    return sorted(out, key=lambda r: (r["task"], r["task_spec"], r["model"], _config_order(r["model_config"]),
+                                      r["d_model"] or 0))
+
+
+def _config_order(config: dict) -> tuple:
+    """Rows of one model sort by their ``model_config`` values, numbers as numbers (a sweep reads in order)."""
+    return tuple((k, (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))) for k, v in config.items())
 
 
 def _interval(runs: list[dict]) -> list[float]:
@@ -112,12 +131,13 @@ def _val(line: dict) -> float:
 def format_table(rows: list[dict]) -> str:
     """A plain-text table of :func:`best_of_lr` rows, then notes (rows under three seeds, diverged seeds,
     incomplete runs left out)."""
-    head = (f"{'task spec':<34} {'model':<16} {'d':>4} {'params':>9} {'state':>9} {'lr':>7}  {'acc (mean; per seed)':<30}"
+    width = max([16] + [len(model_label(r)) for r in rows])
+    head = (f"{'task spec':<34} {'model':<{width}} {'d':>4} {'params':>9} {'state':>9} {'lr':>7}  {'acc (mean; per seed)':<30}"
             f" {'95% CI (seeds x examples)':<26} {'exact':>6} {'steps':>6} {'wall s':>7}")
     out = [head, "-" * len(head)]
     notes = []
     for r in rows:
-        start = (f"{r['task_spec']:<34} {r['model']:<16} {r['d_model'] or 0:>4} {r['params_total']:>9,}"
+        start = (f"{r['task_spec']:<34} {model_label(r):<{width}} {r['d_model'] or 0:>4} {r['params_total']:>9,}"
                  f" {r['state_floats']:>9,}")
         flags = [f"lr {d['lr']:g} seed {d['seed']} diverged at step {d['step']}" for d in r["diverged"]]
         if r["incomplete"]:
@@ -171,21 +191,4 @@ def reproduce_table(anchor: Anchor, lines: list[dict]) -> str:
             ours_text, n = "—", 0
         pub = "—" if published is None else (f"{published:.1f}" if percent else f"{published:.3f}")
         out.append(f"{label:<44} {pub:>10} {ours_text:>10} {n:>5}")
-    return "\n".join(out)
-
-
-def results_page(lines: list[dict], name: str) -> str:
-    """The Markdown page of a results file: a function of its lines only (no date, path or machine
-    beyond what the lines record), so ``slmlab bench report DIR --write`` regenerates a kept page byte
-    for byte and a test can hold the page to its ``results.jsonl``."""
-    tiers = sorted({str(x.get("tier")) for x in lines if x.get("tier")})
-    complete = sum(status(x) == "complete" for x in latest(lines))
-    note = incomplete_note(lines)
-    out = [f"# {name}: long-memory suite results", "",
-           f"Regenerated by `slmlab bench report DIR --write` (DIR: this folder, {name}) from `results.jsonl` ({len(lines)} lines;"
-           f" tier {', '.join(tiers) or 'unknown'}; {complete} of {len(latest(lines))} runs complete). Do not edit"
-           " by hand: rerun the command.", "",
-           "```text", format_table(best_of_lr(lines)), "```", ""]
-    if note:
-        out += ["```text", note, "```", ""]
     return "\n".join(out)

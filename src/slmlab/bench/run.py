@@ -37,7 +37,8 @@ from .suite import RunPlan
 
 SCHEMA = "slmlab-bench/1"
 RESULT_FIELDS = (
-    "schema", "key", "task", "task_spec", "task_config", "tier", "model", "params_total", "params_nonembedding",
+    "schema", "key", "task", "task_spec", "task_config", "tier", "model", "model_config", "params_total",
+    "params_nonembedding",
     "state_floats", "d_model", "n_layers", "lr", "seed", "batch_size", "train_on", "max_steps", "max_time", "steps",
     "tokens_seen", "wall_s", "stop_reason", "complete", "stop", "diverged_step",
     "acc", "token_acc", "exact", "ci", "examples", "example_counts", "best_step", "best_val_acc", "acc_by_group",
@@ -125,6 +126,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
             is a result, and the next attempt starts the run over.
     """
     from ..train.checkpoint import quiet_hf_progress
+    from ..train.run import prepare_for_training
     from ..train.signals import exit_status
     from ..train.trainer import Trainer, TrainingDiverged
 
@@ -134,6 +136,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
 
         raise ValueError(f"unknown task {plan.task!r}; known: {', '.join(sorted(TASKS))}")
     model = build_model(plan.model, task.vocab_size, task.seq_len, dict(plan.model_config), plan.seed)
+    prepare_for_training(model, task.seq_len)  # the model's training-length hook, as `slmlab train` calls it
     source = TaskSource(plan.task, task, plan.seed, train_on=plan.train_on)
     run_dir = Path(out_dir) / "runs" / _slug(plan.key)
     shutil.rmtree(run_dir, ignore_errors=True)  # an earlier attempt that was cut short starts over
@@ -160,7 +163,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
     record = {
         "schema": SCHEMA, "key": plan.key, "task": task.name, "task_spec": plan.task,
         "task_config": {f.name: getattr(task, f.name) for f in dataclasses.fields(task)},
-        "tier": tier, "model": plan.model, "params_total": total, "params_nonembedding": nonemb,
+        "tier": tier, "model": plan.model, "model_config": dict(plan.model_config), "params_total": total, "params_nonembedding": nonemb,
         "state_floats": state_floats(model, task.seq_len), "d_model": int(config.hidden_size),
         "n_layers": int(config.num_hidden_layers), "lr": plan.lr, "seed": plan.seed, "batch_size": plan.batch_size,
         "train_on": plan.train_on, "max_steps": plan.max_steps, "max_time": plan.max_time, "steps": state.step,

@@ -75,16 +75,18 @@ def example_counts(correct: np.ndarray, scored: np.ndarray) -> list[list[int]]:
     return [[int(c), int(s), int(n)] for (c, s), n in zip(unique, count)]
 
 
-def seed_example_ci(per_seed: list, values: list[float] | None = None, n_resamples: int = N_RESAMPLES,
-                    seed: int = 0, level: float = LEVEL) -> list[float]:
-    """Percentile interval ``[low, high]`` of the seeds' mean accuracy, resampling seeds and then, within
-    each drawn seed, its test examples.
+def seed_example_draws(per_seed: list, values: list[float] | None = None, n_resamples: int = N_RESAMPLES,
+                       seed: int = 0) -> np.ndarray:
+    """``n_resamples`` bootstrap draws of the seeds' mean accuracy: resample the seeds, then, within each drawn
+    seed, its test examples (the draws :func:`seed_example_ci` takes its percentiles of).
 
     Args:
         per_seed: one entry per seed: its :func:`example_counts`, or None where a seed has no examples
             (text data; old result lines), which then counts with its fixed ``values[i]``.
         values: the per-seed values for the None entries.
-        n_resamples / seed / level: as :func:`bootstrap_ci`.
+        n_resamples / seed: as :func:`bootstrap_ci`.
+    Returns:
+        float ``[n_resamples]``.
     """
     rng = np.random.default_rng(seed)
     k = len(per_seed)
@@ -104,6 +106,27 @@ def seed_example_ci(per_seed: list, values: list[float] | None = None, n_resampl
         picked = rng.multinomial(n, table[:, 2] / n, size=(k, n_resamples))  # [slot, resample, category]
         draws[i] = picked @ acc / n
     which = rng.integers(0, k, size=(n_resamples, k))  # the seeds each resample draws
-    means = draws[which, np.arange(k)[None, :], np.arange(n_resamples)[:, None]].mean(axis=1)
+    return draws[which, np.arange(k)[None, :], np.arange(n_resamples)[:, None]].mean(axis=1)
+
+
+def seed_example_ci(per_seed: list, values: list[float] | None = None, n_resamples: int = N_RESAMPLES,
+                    seed: int = 0, level: float = LEVEL) -> list[float]:
+    """Percentile interval ``[low, high]`` of the seeds' mean accuracy, resampling seeds and then, within
+    each drawn seed, its test examples (:func:`seed_example_draws`; arguments as there, ``level`` as
+    :func:`bootstrap_ci`)."""
+    means = seed_example_draws(per_seed, values, n_resamples, seed)
     tail = (1.0 - level) / 2 * 100
     return [float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))]
+
+
+def contrast_ci(arms: list[list], weights: list[float], n_resamples: int = N_RESAMPLES,
+                level: float = LEVEL) -> list[float]:
+    """Percentile interval of ``Σ weights[i] · mean(arm i)``, each arm (a list of per-seed
+    :func:`example_counts`, independent runs) resampled on its own stream (seed ``i``) by
+    :func:`seed_example_draws`. ``[[b], [a]]`` with weights ``[1, -1]`` is the interval of ``b − a``; four arms
+    with ``[1, -1, -1, 1]`` that of a difference of differences (does a gain grow?)."""
+    if len(arms) != len(weights) or not arms:
+        raise ValueError("need one weight per arm and at least one arm")
+    total = sum(w * seed_example_draws(arm, None, n_resamples, seed=i) for i, (arm, w) in enumerate(zip(arms, weights)))
+    tail = (1.0 - level) / 2 * 100
+    return [float(np.percentile(total, tail)), float(np.percentile(total, 100 - tail))]

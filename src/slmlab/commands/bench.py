@@ -119,10 +119,12 @@ def _list(args) -> int:
         print(tier_path(args.yaml).read_text(), end="")
         return 0
     print("tiers:")
-    for name, path in builtin_tiers().items():
+    tiers = builtin_tiers()
+    width = max(len(name) for name in tiers)
+    for name, path in tiers.items():
         _, description, plans = load_tier_file(path)
         seeds = len({p.seed for p in plans})
-        print(f"  {name:<10} {len(plans):>4} runs ({seeds} seed{'s' if seeds > 1 else ''}),"
+        print(f"  {name:<{width}} {len(plans):>4} runs ({seeds} seed{'s' if seeds > 1 else ''}),"
               f" {sum(p.max_steps for p in plans):>11,} steps  {description}")
     print("tasks:")
     for cls in sorted(set(TASKS.values()), key=lambda c: c.task_id):
@@ -139,8 +141,9 @@ def _list(args) -> int:
 
 
 def _report(args) -> int:
+    from ..bench.pages import results_page
     from ..bench.plots import make_plots
-    from ..bench.report import best_of_lr, format_table, incomplete_note, results_page
+    from ..bench.report import best_of_lr, format_table, incomplete_note
     from ..bench.run import read_results
 
     folder = Path(args.target or args.out)
