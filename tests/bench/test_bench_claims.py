@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import slmlab.models  # noqa: F401  (registers the families)
 from slmlab import cli
 from slmlab.bench.report import best_of_lr, format_table
 from slmlab.bench.run import SCHEMA
@@ -111,3 +112,129 @@ def test_old_lines_without_the_complete_field_are_judged_by_their_stop_reason():
     rows = best_of_lr(old)
     assert [r["model"] for r in rows if r["acc"] is not None] == ["shortconv4"]
     assert next(r for r in rows if r["model"] == "attn2-z")["incomplete"] == 1
+
+
+# -- the claims' verdict rules (issue 33): every number that decides a verdict ----------------------------------
+
+
+def claim_rows(model, ci, seeds=3, task_spec="ar:cpu", model_config=None, mean=None, counts=None):
+    """A ``best_of_lr`` row for the verdict rules: an interval, its seeds, optionally example counts."""
+    mean = (ci[0] + ci[1]) / 2 if mean is None else mean
+    lines = [{"example_counts": counts or counts_for(mean, seed=s)} for s in range(seeds)]
+    return {"task": task_spec.split(":")[0], "task_spec": task_spec, "model": model, "model_config": model_config or {},
+            "acc": {"mean": mean, "values": [mean] * seeds, "n": seeds}, "ci": list(ci), "best_lr": 3e-3,
+            "steps": 100, "seeds": list(range(seeds)), "lines": lines}
+
+
+def test_interval_rules_decide_holds_refuted_and_undecided():
+    from slmlab.bench.claims import HOLDS, REFUTED, SOLVED, UNDECIDED, VERDICTS, above, below, below_strict, combine
+
+    assert SOLVED == 0.95 and VERDICTS == ("holds", "refuted", "undecided at this budget")
+    assert above([0.95, 1.0], SOLVED) == HOLDS and above([0.90, 0.949], SOLVED) == REFUTED
+    assert above([0.94, 0.99], SOLVED) == UNDECIDED
+    assert below([0.0, 0.05], 0.05) == HOLDS and below([0.051, 0.2], 0.05) == REFUTED and below([0.04, 0.06], 0.05) == UNDECIDED
+    assert below_strict([0.5, 0.949], SOLVED) == HOLDS and below_strict([0.95, 1.0], SOLVED) == REFUTED
+    assert below_strict([0.9, 0.96], SOLVED) == UNDECIDED
+    assert combine([HOLDS, HOLDS]) == HOLDS and combine([HOLDS, UNDECIDED, REFUTED]) == REFUTED
+    assert combine([HOLDS, UNDECIDED]) == UNDECIDED and combine([]) == UNDECIDED
+
+
+def test_t2_separation_rule_and_its_no_read_level():
+    from slmlab.bench.claims import (
+        HOLDS,
+        REFUTED,
+        SHORT_CONV_WINDOW,
+        T2_ATTENTION,
+        UNDECIDED,
+        decide_t2,
+        t2_no_read_level,
+    )
+
+    assert t2_no_read_level() == 1 / 19 and SHORT_CONV_WINDOW == 4 * (3 - 1) + 1 and T2_ATTENTION == ("attn2-z",)
+    solved, conv = claim_rows("attn2-z", [0.997, 1.0]), claim_rows("shortconv4", [0.045, 0.060])
+    assert decide_t2([solved, conv]).word == HOLDS
+    assert decide_t2([solved, claim_rows("shortconv4", [0.0530, 0.07])]).word == REFUTED  # above 1/19: a leak
+    assert decide_t2([claim_rows("attn2-z", [0.40, 0.99]), conv]).word == UNDECIDED
+    assert decide_t2([claim_rows("attn2-z", [0.30, 0.40]), conv]).word == REFUTED
+    few = decide_t2([claim_rows("attn2-z", [0.997, 1.0], seeds=2), conv])
+    assert few.word == UNDECIDED and "fewer than 3" in few.lines[0]
+    assert decide_t2([conv]).word == UNDECIDED
+
+
+def test_retrieval_dim_rule_at_the_reduced_and_the_full_size():
+    from slmlab.bench.claims import (
+        CLAIMS,
+        HOLDS,
+        PGSM_CPU_CLAIMED,
+        PGSM_GPU_CLAIMED,
+        REFUTED,
+        UNDECIDED,
+        decide_retrieval_dim,
+    )
+    from slmlab.bench.models import MODELS
+    from slmlab.data.tasks import parse_task_spec
+    from slmlab.models.registry import get_family
+
+    # the CPU claim is the seed's setting divided by 8
+    preset = get_family("pgsm").presets["pgsm-small"]
+    assert PGSM_GPU_CLAIMED == preset["retrieval_dim"] == 512 and PGSM_CPU_CLAIMED == 512 // 8
+    cpu, full = MODELS["pgsm-rd-cpu"].config, MODELS["pgsm-small"]
+    assert (cpu["dim"], cpu["hidden"], cpu["block_size"]) == (preset["dim"] // 8, preset["hidden"] // 8, 1024 // 8)
+    assert all(cpu[k] == preset[k] for k in ("layers", "kernel_size", "retrieval_heads"))
+    small, reduced = parse_task_spec("t7:gpu"), parse_task_spec("t7:cpu,D=8")
+    assert (reduced.T, reduced.distance, reduced.D) == (small.T // 8, small.distance // 8, small.D) == (128, 96, 8)
+    plans = tier_plans("claim-pgsm-retrieval-dim", seeds=[0])
+    assert sorted(dict(p.model_config)["retrieval_dim"] for p in plans) == [rd // 8 for rd in (64, 128, 256, 512, 768)]
+    gpu = tier_plans("gpu-claims", seeds=[0])
+    assert sorted({dict(p.model_config)["retrieval_dim"] for p in gpu if p.model == full.id}) == [64, 128, 256, 512, 768]
+    assert {p.task for p in gpu if p.model == full.id} == {"t7:gpu"}
+    assert CLAIMS["pgsm-retrieval-dim"].tier == "claim-pgsm-retrieval-dim" and CLAIMS["pgsm-retrieval-dim-gpu"].tier == "gpu-claims"
+
+    decide = decide_retrieval_dim(64, "t7:cpu,D=8", "pgsm-rd-cpu")
+
+    def sweep(intervals):
+        return [claim_rows("pgsm-rd-cpu", ci, task_spec="t7:cpu,D=8", model_config={"retrieval_dim": rd})
+                for rd, ci in intervals.items()]
+
+    weak, strong = [0.1, 0.3], [0.97, 1.0]
+    assert decide(sweep({8: weak, 16: weak, 32: [0.5, 0.9], 64: strong, 96: strong})).word == HOLDS
+    assert decide(sweep({8: weak, 16: weak, 32: strong, 64: strong})).word == REFUTED  # a smaller one is strong
+    assert decide(sweep({8: weak, 32: weak, 64: [0.6, 0.8], 96: strong})).word == REFUTED  # first strong is larger
+    assert decide(sweep({8: weak, 32: [0.9, 0.97], 64: strong})).word == UNDECIDED
+    assert decide(sweep({8: weak, 32: weak})).word == UNDECIDED  # the claimed one not run
+    nothing = decide(sweep({8: weak, 32: weak, 64: weak, 96: weak}))  # no swept value strong: the budget is short
+    assert nothing.word == UNDECIDED and "no swept retrieval_dim is strong" in nothing.lines[-1]
+    assert decide(sweep({8: weak, 32: weak, 64: [0.9, 0.99], 96: strong})).word == UNDECIDED
+
+
+def test_xsa_rule_reads_the_gain_and_its_growth_with_intervals():
+    from slmlab.bench.claims import HOLDS, REFUTED, UNDECIDED, XSA_SPECS, decide_xsa
+    from slmlab.data.tasks import parse_task_spec
+
+    assert [parse_task_spec(s).T for s in XSA_SPECS] == [16, 32, 64]
+    decide = decide_xsa(("a:cpu", "b:cpu"), "m")
+
+    def arms(acc):  # {(spec, flag): accuracy} -> rows with 400 examples per seed
+        return [claim_rows("m", [a - 0.01, a + 0.01], task_spec=spec, model_config={"use_xsa": flag}, mean=a,
+                           counts=counts_for(a, n=400, seed=int(flag)))
+                for (spec, flag), a in acc.items()]
+
+    grows = arms({("a:cpu", False): 0.5, ("a:cpu", True): 0.5, ("b:cpu", False): 0.3, ("b:cpu", True): 0.6})
+    verdict = decide(grows)
+    assert verdict.word == HOLDS and "growth of the gain from a:cpu to b:cpu: +0.300" in verdict.lines[-1]
+    shrinks = arms({("a:cpu", False): 0.3, ("a:cpu", True): 0.6, ("b:cpu", False): 0.5, ("b:cpu", True): 0.5})
+    assert decide(shrinks).word == REFUTED
+    flat = arms({("a:cpu", False): 0.5, ("a:cpu", True): 0.5, ("b:cpu", False): 0.5, ("b:cpu", True): 0.51})
+    assert decide(flat).word == UNDECIDED
+    assert decide(grows[:3]).word == UNDECIDED  # an arm missing
+
+
+def test_contrast_ci_of_two_arms_is_the_interval_of_their_difference():
+    from slmlab.bench.stats import contrast_ci
+
+    a, b = [counts_for(0.3, n=800, seed=s) for s in range(3)], [counts_for(0.7, n=800, seed=s) for s in range(3)]
+    lo, hi = contrast_ci([b, a], [1.0, -1.0])
+    assert lo < 0.4 < hi and lo > 0.3 and hi < 0.5
+    assert contrast_ci([b, a], [1.0, -1.0]) == [lo, hi]  # seeded
+    same = contrast_ci([a, a, a, a], [1.0, -1.0, -1.0, 1.0])
+    assert same[0] < 0 < same[1]

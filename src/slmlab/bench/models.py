@@ -18,6 +18,11 @@ from .controls import ControlConfig, ControlForCausalLM
 _PGSM_CPU = dict(block_size=128, dim=64, layers=3, hidden=128, kernel_size=17, retrieval_dim=128, retrieval_heads=4,
                  init_std=0.1)
 _NORET = dict(use_sparse_retrieval=False, use_post_retrieval_block=False)
+# pgsm-small (the seed's T7 setting) with every size divided by 8: the retrieval_dim claim on the CPU
+_PGSM_RD_CPU = dict(block_size=128, dim=24, layers=3, hidden=48, kernel_size=17, retrieval_dim=64, retrieval_heads=4,
+                    init_std=0.1)
+# NeoLLM at its defaults but small; Spelling Bee off (it spells token ids as text bytes: task ids are no text)
+_NEOLLM_BENCH = dict(use_spelling_bee_embeddings=False)
 _HYBRID = ["conv", "full_attention", "conv", "full_attention"]
 
 
@@ -68,6 +73,17 @@ MODELS: dict[str, ModelEntry] = {e.id: e for e in [
                (950_976, 901_824)),
     ModelEntry("pgsm-wide-noret", "pgsm:pgsm-small", dict(dim=256, hidden=512, **_NORET),
                "conv-only PGSM matching pgsm-small's non-embedding parameters", None, (1_661_184, 1_595_648)),
+    ModelEntry("pgsm-rd-cpu", "pgsm", dict(_PGSM_RD_CPU),
+               "pgsm-small at 1/8 size: dim 24, hidden 48, rd 64 / 4 heads, block 128 (the retrieval_dim claim)",
+               None, (34_992, 28_848)),
+    ModelEntry("neollm-cpu", "neollm:neollm-tiny", dict(_NEOLLM_BENCH, hidden_size=32, num_hidden_layers=2, head_dim=8,
+                                                        intermediate_size=64, iha_local_global_pattern="LG"),
+               "NeoLLM defaults at hidden 32, 2 layers (local window 4, then global), 4/2 heads of 8, intermediate 64,"
+               " Spelling Bee off (the XSA claim)",
+               None, (42_044, 25_660)),
+    ModelEntry("neollm-gpu", "neollm:neollm-small", dict(_NEOLLM_BENCH),
+               "NeoLLM small preset (hidden 256, 6 layers), Spelling Bee off (the XSA claim at GPU scale)", None,
+               (6_028_476, 5_897_404)),
     ModelEntry("attn4-llama", "lumen", dict(hidden_dim=192, num_layers=4, num_heads=4, num_kv_heads=4,
                                              intermediate_dim=448, max_seq_len=1024),
                "Lumen: d 192, 4 layers, 4/4 heads, RoPE, SwiGLU 448, RMSNorm", None, (1_672_896, 1_623_744)),
