@@ -32,7 +32,9 @@ def generate_command(argv: list[str]) -> int:
     p.add_argument("--truncate-prompt", action="store_true",
                    help="drop the prompt's oldest tokens (with a warning) when it leaves no room for new tokens")
     p.add_argument("--compile", action="store_true",
-                   help="compile the decode step with torch.compile (Lumen, LFM2; ~10 s once, then faster per token)")
+                   help="compile the decode plan's step (Lumen, LFM2): on a CPU packaged by AOTInductor and cached in"
+                        " $SLMLAB_CACHE/decode-steps (tens of CPU-seconds once per layout, ~1 s on later starts),"
+                        " elsewhere torch.compile")
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                    help=f"torch CPU threads (default {DEFAULT_THREADS}: batch-1 decode of these model sizes is fastest on"
                         " one thread; 0 = torch's default, one per core)")

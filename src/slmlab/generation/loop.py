@@ -145,7 +145,8 @@ def generate(
         step_kwargs: ``step -> kwargs`` for each decode call (family hooks; step counts from 0).
         use_plan: decode through the family's decode plan when it has one and the call allows it
             (no padding, no family inputs); False always steps through ``model.forward``.
-        compile: compile the plan's step with ``torch.compile`` (ignored without a plan).
+        compile: compile the plan's step (ignored without a plan): on a CPU the AOTInductor package of
+            :mod:`.packaged`, cached on disk; elsewhere ``torch.compile``.
     Returns:
         ``[B, T + n]`` prompt followed by the generated tokens, a :class:`GeneratedTokens` whose
         ``decode_path`` says which step ran: ``"plan"``, ``"compiled plan"`` or ``"model forward"``
