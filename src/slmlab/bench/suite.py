@@ -26,7 +26,7 @@ class RunPlan:
         max_time: a safety cap in seconds of training (0 = none); a run it stops is written
             ``"complete": false`` and no table shows it. Not part of :attr:`key`.
         eval_every: validation cadence in steps (an epoch for fixed sets, 500 for fresh data).
-        train_on: ``scored`` or ``all`` (T2 trains as a full LM, safari style).
+        train_on: ``scored`` or ``all`` (a full next-token LM on the training rows, safari style).
         model_config: config overrides as ``((field, value), ...)`` (e.g. ``(("d_model", 128),)``).
         constant_lr: constant learning rate after warm-up instead of cosine.
     """
