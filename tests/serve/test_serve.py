@@ -54,6 +54,18 @@ def streamed_completion(client, **kwargs) -> tuple[str, str, int]:
     return "".join(text), finish, usage
 
 
+def _ask_together(http, prompts: list[str], max_tokens: int) -> list[dict]:
+    """Greedy completions of ``prompts``, sent at the same moment from one thread each."""
+    start = threading.Barrier(len(prompts))
+
+    def ask(p):
+        start.wait()
+        return http.post("/v1/completions", json={"prompt": p, "max_tokens": max_tokens, "temperature": 0}).json()
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(ask, prompts))
+
+
 def test_models_and_health(client, server):
     assert [m.id for m in client.models.list().data] == ["tiny-lumen"]
     health = httpx.get(f"{server}/health").json()
@@ -219,14 +231,7 @@ def test_every_family_answers_completions_batched_as_alone(family, tmp_path):
         ids = torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"]])
         expected.append(tokenizer.decode(generate(model, ids, 48)[0, ids.shape[1]:]))
     with TestClient(server.app) as http:
-        start = threading.Barrier(len(prompts))
-
-        def ask(p):
-            start.wait()
-            return http.post("/v1/completions", json={"prompt": p, "max_tokens": 48, "temperature": 0}).json()
-
-        with ThreadPoolExecutor(len(prompts)) as pool:
-            answers = list(pool.map(ask, prompts))
+        answers = _ask_together(http, prompts, 48)
         assert [a["choices"][0]["text"] for a in answers] == expected
         assert all(a["usage"]["completion_tokens"] == 48 for a in answers)
         assert http.get("/health").json()["peak_running"] >= 2  # the requests did share decoding steps
@@ -365,13 +370,6 @@ def test_int8_weights_serve_with_continuous_batching(family, tmp_path):
         ids = torch.tensor([loaded.tokenizer(p, add_special_tokens=False)["input_ids"]])
         expected.append(loaded.tokenizer.decode(generate(loaded.model, ids, 32)[0, ids.shape[1]:]))
     with TestClient(server.app) as http:
-        start = threading.Barrier(len(prompts))
-
-        def ask(p):
-            start.wait()
-            return http.post("/v1/completions", json={"prompt": p, "max_tokens": 32, "temperature": 0}).json()
-
-        with ThreadPoolExecutor(len(prompts)) as pool:
-            answers = list(pool.map(ask, prompts))
+        answers = _ask_together(http, prompts, 32)
         assert [a["choices"][0]["text"] for a in answers] == expected
         assert http.get("/health").json()["peak_running"] >= 2

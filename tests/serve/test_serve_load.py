@@ -5,7 +5,8 @@ requests served one at a time, and with --max-batch 8 the total throughput is at
 one-at-a-time throughput. (It was 3x while both paths ran the same eager step; a lone request now
 decodes through the family's decode plan, which made the one-at-a-time reference 1.45x faster per
 CPU-second (126 -> 183 tok/s, same machine, same run) while the batched server went 443 -> 530 tok/s:
-the ratio fell to 2.8-2.9x because the reference got faster, not because batching got slower.) Both are measured here, back to back, in alternating rounds, and printed.
+the ratio fell to 2.8-2.9x because the reference got faster, not because batching got slower.)
+Both are measured here, back to back, in alternating rounds, and printed.
 Throughput is tokens per second of the server process's CPU time (user + system, all threads, from
 /proc): on a machine shared with other work the wall clock measures the scheduler as much as the
 server (wall-clock tokens/s vary 3x between rounds under a load average of 12 on 2 cores), so the

@@ -113,10 +113,21 @@ SHORT_CONV_WINDOW = 9  # receptive field of shortconv4: 4 layers of kernel 3, 4 
 
 def t2_no_read_level() -> float:
     """The accuracy a model that sees only the last :data:`SHORT_CONV_WINDOW` tokens reaches on ``ar:cpu``
-    without reading a pair (0.0605 at T 32, 6 pairs, 19 values; ``AssociativeRecall.no_read_accuracy``)."""
+    without reading a pair (1/19 = 0.0526 at T 32, 6 pairs, 19 values; ``AssociativeRecall.no_read_accuracy``)."""
     from ..data.tasks import parse_task_spec
 
     return parse_task_spec(T2_SPEC).no_read_accuracy(SHORT_CONV_WINDOW)
+
+
+def _t2_rows(rows: list[dict], models: tuple[str, ...], words: list[str], lines: list[str]):
+    """Each model's complete T2 row; a missing or incomplete one is recorded as undecided instead."""
+    for model in models:
+        row = _find(rows, task_spec=T2_SPEC, model=model)
+        if _usable(row):
+            yield model, row
+        else:
+            words.append(UNDECIDED)
+            lines.append(_missing(model, row))
 
 
 def decide_t2(rows: list[dict]) -> Verdict:
@@ -124,20 +135,10 @@ def decide_t2(rows: list[dict]) -> Verdict:
     to the no-read level (above it, a 9-token window would be reading a pair: the generator leaks)."""
     level = t2_no_read_level()
     words, lines = [], []
-    for model in T2_ATTENTION:
-        row = _find(rows, task_spec=T2_SPEC, model=model)
-        if not _usable(row):
-            words.append(UNDECIDED)
-            lines.append(_missing(model, row))
-            continue
+    for model, row in _t2_rows(rows, T2_ATTENTION, words, lines):
         words.append(above(row["ci"], SOLVED))
         lines.append(f"{model} solves T2 (>= {SOLVED}): {words[-1]}: {_acc_text(row)}")
-    for model in T2_SHORT_CONV:
-        row = _find(rows, task_spec=T2_SPEC, model=model)
-        if not _usable(row):
-            words.append(UNDECIDED)
-            lines.append(_missing(model, row))
-            continue
+    for model, row in _t2_rows(rows, T2_SHORT_CONV, words, lines):
         words.append(HOLDS if row["ci"][0] <= level else REFUTED)
         lines.append(f"{model} reads no pair (lower bound at or below the no-read level 1/19 = {level:.4f}):"
                      f" {words[-1]}: {_acc_text(row)}")

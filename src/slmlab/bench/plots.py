@@ -103,6 +103,15 @@ def _t1(plt, rows, out, written) -> None:
     _save(fig, out / "t1_acc_vs_state.png", written)
 
 
+def _accuracy_axes(ax, xlabel: str, ylabel: str) -> None:
+    """An accuracy (0-1) against a doubling x axis, labelled, with a legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+
+
 def _t4(plt, lines, out, written) -> None:
     if not lines:
         return
@@ -113,11 +122,7 @@ def _t4(plt, lines, out, written) -> None:
         xs = sorted(points)
         ax.plot(xs, [points[x] for x in xs], "o-", label=f"{line['model']} lr {line['lr']:g} s{line['seed']}")
         ax.axvline(line["task_config"]["T"], color="grey", ls=":")
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("test length (dotted: training length)")
-    ax.set_ylabel("induction accuracy")
-    ax.legend(fontsize=7)
+    _accuracy_axes(ax, "test length (dotted: training length)", "induction accuracy")
     _save(fig, out / "t4_acc_vs_length.png", written)
 
 
@@ -169,9 +174,5 @@ def _t7(plt, rows, out, written) -> None:
                     fmt="o-", capsize=3, label=spec)
     ax.axhline(0.95, color="grey", ls="--", label="strong (0.95)")
     ax.axhline(1 / 64, color="grey", ls=":", label="chance (1/64)")
-    ax.set_xscale("log", base=2)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("retrieval_dim")
-    ax.set_ylabel("T7 accuracy (seeds' mean, 95% CI)")
-    ax.legend(fontsize=7)
+    _accuracy_axes(ax, "retrieval_dim", "T7 accuracy (seeds' mean, 95% CI)")
     _save(fig, out / "t7_acc_vs_retrieval_dim.png", written)
