@@ -44,6 +44,19 @@ def test_fit_budget_keeps_base_fields_and_ties():
     assert config.use_hadamard_o_proj == (config.hidden_size & (config.hidden_size - 1) == 0)
 
 
+@pytest.mark.parametrize("layers, pattern, global_layers", [(4, "LLLG", [3]), (2, "LG", [1]), (1, "G", [0]),
+                                                            (5, "LLLLG", [4]), (12, "LLLLG", [4, 9])])
+def test_fitted_neollm_has_a_global_layer(layers, pattern, global_layers):
+    """The default's LLLLG at 4 layers made every layer local (window T/8): the 200k compare's NeoLLM sat at
+    chance on T2 (0.053). The rule cuts the pattern so the last of up to five layers is global."""
+    fam = get_family("neollm")
+    overrides = fam.fit_budget(200_000, tie_word_embeddings=True, num_hidden_layers=layers)
+    config = fam.make_config(None, **overrides)
+    assert config.iha_local_global_pattern == pattern
+    kinds = [config.iha_kind(i) for i in range(layers)]
+    assert [i for i, kind in enumerate(kinds) if kind != "local"] == global_layers
+
+
 def test_fit_budget_below_minimum_names_family_and_minimum():
     with pytest.raises(ValueError, match=r"below neollm's smallest valid config \([\d,]+ non-embedding"):
         get_family("neollm").fit_budget(1_000)
