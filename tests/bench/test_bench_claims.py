@@ -161,6 +161,31 @@ def test_t2_separation_rule_and_its_no_read_level():
     assert decide_t2([conv]).word == UNDECIDED
 
 
+def test_acceptance_rule_reads_r1_r2_r3_on_cpu_full_rows():
+    from slmlab.bench.claims import CLAIMS, HOLDS, R1_SOLVED, R2_AT_MOST, REFUTED, T7_CHANCE, UNDECIDED, claims_for
+    from slmlab.bench.claims import decide_acceptance as decide
+
+    assert (R1_SOLVED, R2_AT_MOST, T7_CHANCE) == (0.99, 0.05, 1 / 64) and CLAIMS["acceptance"].tier == "cpu-full"
+    assert [c.name for c in claims_for([{"tier": "cpu-full"}])] == ["acceptance"]
+    good = {"t1": claim_rows("attn2-z", [0.991, 0.996], task_spec="mqar:cpu"),
+            "t7": claim_rows("attn2-rope", [0.995, 1.0], task_spec="t7:cpu"),
+            "conv": claim_rows("shortconv4", [0.01, 0.04], task_spec="mqar:cpu"),
+            "noret": claim_rows("pgsm-cpu-noret", [0.006, 0.024], task_spec="t7:cpu"),
+            "t2": claim_rows("attn2-z", [0.997, 1.0]), "t2conv": claim_rows("shortconv4", [0.045, 0.060])}
+    verdict = decide(list(good.values()))
+    assert verdict.word == HOLDS and [x[:2] for x in verdict.lines] == ["R1", "R1", "R2", "R2", "R3", "R3", "R4"]
+    # R1 at 0.986 [0.980, 0.992] straddles 0.99; R2 on T1 at 0.072 [0.064, 0.080] is above 0.05 (the old cpu-full
+    # reading of shortconv4 at lr 3e-3); the conv-only PGSM reaching only down to 0.02 > 1/64 reads a stored pair
+    for key, row, word in [("t1", claim_rows("attn2-z", [0.980, 0.992], task_spec="mqar:cpu"), UNDECIDED),
+                           ("conv", claim_rows("shortconv4", [0.064, 0.080], task_spec="mqar:cpu"), REFUTED),
+                           ("noret", claim_rows("pgsm-cpu-noret", [0.02, 0.04], task_spec="t7:cpu"), REFUTED),
+                           ("t7", claim_rows("attn2-rope", [0.995, 1.0], task_spec="t7:cpu", seeds=2), UNDECIDED)]:
+        rows = {**good, key: row}
+        assert decide(list(rows.values())).word == word, key
+    missing = decide([r for k, r in good.items() if k != "noret"])
+    assert missing.word == UNDECIDED and "R2: pgsm-cpu-noret on t7:cpu: no complete run" in missing.lines
+
+
 def test_retrieval_dim_rule_at_the_reduced_and_the_full_size():
     from slmlab.bench.claims import (
         CLAIMS,
