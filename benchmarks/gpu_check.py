@@ -72,6 +72,14 @@ TIER_CELLS = {
     "gpu-paper": TierCells("gpu-paper", tuple(f"mqar:gpu,T=256,N=16|{m}[d_model=64]|lr=0.0022|seed=0|"
                                               for m in ("attn2-z", "longconv4", "shortconv4")), max_steps=4000),
     "micro": TierCells("micro", ("ar:cpu,T=16,n_train=64,n_test=32|attn2-z|",), max_steps=2),
+    # The seeds' claims at full size (gpu-claims.yaml is GPU-days): one device call each, seed 0, lr 1e-3,
+    # 1,500 steps (96,000 rows, about one epoch), a first reading of each curve, never a verdict (one seed).
+    # PGSM's retrieval_dim around the claimed 512 at block 1024 / distance 768:
+    "gpu-claims-rd": TierCells("gpu-claims", tuple(f"t7:gpu|pgsm-small[retrieval_dim={rd}]|lr=0.001|seed=0|"
+                                                   for rd in (256, 512, 768)), max_steps=1500),
+    # NeoLLM with and without exclusive self-attention at Zoology's longest cell, (512, 64):
+    "gpu-claims-xsa": TierCells("gpu-claims", tuple(f"mqar:gpu,T=512,N=64|neollm-gpu[use_xsa={x}]|lr=0.001|seed=0|"
+                                                    for x in ("False", "True")), max_steps=1500),
 }
 
 

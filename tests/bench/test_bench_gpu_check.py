@@ -78,6 +78,16 @@ def test_the_gpu_paper_cells_are_the_zoology_separation_and_any_tier_plugs_in(gp
         gpu_check.cell_plans(gpu_check.TierCells("micro", ("mqar:nope|",)), max_time=60)
 
 
+def test_the_gpu_claims_cells_name_runs_of_the_claims_tier(gpu_check):
+    plans, budgets = gpu_check.cell_plans(gpu_check.TIER_CELLS["gpu-claims-rd"], max_time=300)
+    assert [dict(p.model_config)["retrieval_dim"] for p in plans] == [256, 512, 768]
+    assert {(p.task, p.model, p.lr, p.seed) for p in plans} == {("t7:gpu", "pgsm-small", 1e-3, 0)}
+    xsa, _ = gpu_check.cell_plans(gpu_check.TIER_CELLS["gpu-claims-xsa"], max_time=300)
+    assert [dict(p.model_config)["use_xsa"] for p in xsa] == [False, True]
+    assert {(p.task, p.model) for p in xsa} == {("mqar:gpu,T=512,N=64", "neollm-gpu")}
+    assert all(p.max_steps == 1500 for p in plans + xsa) and set(budgets.values()) == {31260}
+
+
 def test_model_flops_equal_a_hand_count():
     """One forward's matmuls and attention for tiny Lumen and LFM2 configs, counted by hand; a training
     step is 3 forwards (the backward of a matmul is two matmuls); MFU is achieved over peak FLOP/s."""
