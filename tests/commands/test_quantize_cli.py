@@ -58,9 +58,30 @@ def test_refusals_name_what_to_do(run, int8_folder, tmp_path, capsys):
     assert cli.main(["quantize", str(run), str(int8_folder)]) == 2
     assert "exists and is not an empty folder; choose another OUT or remove it" in capsys.readouterr().err
     assert cli.main(["quantize", str(int8_folder), str(tmp_path / "again")]) == 2
-    assert "is already int8; quantize the float run it came from" in capsys.readouterr().err
+    assert "is already quantized; quantize the float run it came from" in capsys.readouterr().err
     assert cli.main(["export", str(int8_folder), "--to", "hf", str(tmp_path / "hf")]) == 2
-    assert "is an int8 copy (`slmlab quantize`); export the float run" in capsys.readouterr().err
+    assert "is a quantized copy (`slmlab quantize`); export the float run" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
-        cli.main(["generate", str(run), "--quantize", "int4"])
-    assert exc.value.code == 2 and "invalid choice: 'int4'" in capsys.readouterr().err
+        cli.main(["generate", str(run), "--quantize", "int2"])
+    assert exc.value.code == 2 and "invalid choice: 'int2'" in capsys.readouterr().err
+    assert cli.main(["quantize", str(run), str(tmp_path / "x"), "--scheme", "int2"]) == 2
+    assert "unknown --scheme 'int2'; choose one of: int8, int4" in capsys.readouterr().err
+
+
+def test_an_int4_folder_decodes_like_quantizing_on_the_fly_and_costs_more_loss_than_int8(run, int8_folder,
+                                                                                         tmp_path, capsys):
+    out = tmp_path / "run-int4"
+    assert cli.main(["quantize", str(run), str(out), "--scheme", "int4"]) == 0
+    assert "int4 linear layers" in capsys.readouterr().out
+    record = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert record["quant_method"] == "slmlab_int4" and record["bits"] == 4 and record["group_size"] == 32
+    assert generated(capsys, str(out)) == generated(capsys, str(run), "--quantize", "int4")
+
+    def loss(*args) -> float:
+        capsys.readouterr()
+        assert cli.main(["eval", *args, "--max-batches", "2", "--json", "--no-progress"]) == 0
+        return json.loads(capsys.readouterr().out)["loss"]
+
+    fp32, int8, int4 = loss(str(run)), loss(str(int8_folder)), loss(str(out))
+    assert int4 == loss(str(run), "--quantize", "int4")
+    assert abs(int8 - fp32) < abs(int4 - fp32) < 0.1 * fp32

@@ -39,3 +39,10 @@ def parse_overrides(items: list[str]) -> dict:
     from ..train.config import parse_overrides as parse
 
     return parse(list(items))
+
+
+def add_quantize_argument(p) -> None:
+    """``--quantize int8|int4`` (generate, eval, serve): weight-only quantized linears on the CPU."""
+    p.add_argument("--quantize", default=None, choices=["int8", "int4"],
+                   help="weight-only int8 (per output channel) or int4 (groups of 32 columns) linear layers (CPU;"
+                        " docs/quantize.md); a folder written by `slmlab quantize` is quantized already")

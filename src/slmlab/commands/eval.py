@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ._common import command_parser
+from ._common import add_quantize_argument, command_parser
 
 
 def eval_command(argv: list[str]) -> int:
@@ -42,9 +42,7 @@ def eval_command(argv: list[str]) -> int:
     p.add_argument("--include-path", metavar="DIR", help="a folder of extra lm-eval task YAMLs (with --tasks)")
     p.add_argument("--limit", metavar="N", help="documents per task, or a fraction below 1 (with --tasks)")
     p.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples (with --tasks; default: the task's)")
-    p.add_argument("--quantize", default=None, choices=["int8"],
-                   help="int8: weight-only int8 linear layers (CPU; docs/quantize.md); a folder written by"
-                        " `slmlab quantize` is int8 already")
+    add_quantize_argument(p)
     args = p.parse_args(argv)
     for name in ("batch_size", "max_batches", "block_size", "num_fewshot"):
         value = getattr(args, name)

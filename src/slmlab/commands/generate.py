@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import command_parser
+from ._common import add_quantize_argument, command_parser
 
 # Batch-1 decode of the default presets (a few million parameters) is a chain of small GEMVs: a
 # second thread costs more in synchronisation than it saves (docs/cli.md, `slmlab generate`).
@@ -38,9 +38,7 @@ def generate_command(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                    help=f"torch CPU threads (default {DEFAULT_THREADS}: batch-1 decode of these model sizes is fastest on"
                         " one thread; 0 = torch's default, one per core)")
-    p.add_argument("--quantize", default=None, choices=["int8"],
-                   help="int8: weight-only int8 linear layers (CPU; docs/quantize.md); a folder written by"
-                        " `slmlab quantize` is int8 already")
+    add_quantize_argument(p)
     args = p.parse_args(argv)
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")

@@ -6,11 +6,12 @@ from ._common import command_parser
 
 
 def quantize_command(argv: list[str]) -> int:
-    """Write a weight-only int8 copy of a run or checkpoint (every family; CPU decoding).
+    """Write a weight-only int8 (or int4) copy of a run or checkpoint (every family; CPU decoding).
 
     RUN is a run folder (its newest checkpoint), a checkpoint folder or a saved model; OUT is a new
     (or empty) folder. Every linear layer's weight becomes per-output-channel symmetric int8 (the LM
-    head too); embedding tables, norms and convolution kernels stay float32. OUT holds
+    head too), or with --scheme int4 4-bit codes with a scale and zero per group of 32 input columns;
+    embedding tables, norms and convolution kernels stay float32. OUT holds
     model.safetensors, config.json (with a quantization_config naming the int8 modules), the
     tokenizer and the run's record; generate, eval and serve load it as they load any run.
     Details and measured speed/quality: docs/quantize.md.
@@ -21,7 +22,8 @@ def quantize_command(argv: list[str]) -> int:
     p = command_parser(quantize_command, "quantize")
     p.add_argument("run", metavar="RUN")
     p.add_argument("out", metavar="OUT")
-    p.add_argument("--scheme", default="int8", help="the weight format (int8)")
+    p.add_argument("--scheme", default="int8", help="the weight format: int8 (per output channel) or int4 (groups of"
+                   " 32 input columns, a scale and a zero each)")
     args = p.parse_args(argv)
     from ..models.quantize import SCHEMES
 
@@ -32,16 +34,16 @@ def quantize_command(argv: list[str]) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} exists and is not an empty folder; choose another OUT or remove it")
-    from ..models.quantize import float_linears, quantize_int8, quantized_modules, save_quantized
+    from ..models.quantize import float_linears, quantize, quantized_modules, save_quantized
     from ..train.saved import load_for_inference
 
     loaded = load_for_inference(args.run, "cpu")
     if quantized_modules(loaded.model):
-        raise ValueError(f"{loaded.checkpoint} is already int8; quantize the float run it came from")
-    swapped = quantize_int8(loaded.model)
+        raise ValueError(f"{loaded.checkpoint} is already quantized; quantize the float run it came from")
+    swapped = quantize(loaded.model, args.scheme)
     save_quantized(loaded.model, loaded.checkpoint, out)
     kept = float_linears(loaded.model)
     size = (out / "model.safetensors").stat().st_size / 1e6
-    print(f"slmlab quantize: wrote {out} ({loaded.family.name}, {len(swapped)} int8 linear layers"
+    print(f"slmlab quantize: wrote {out} ({loaded.family.name}, {len(swapped)} {args.scheme} linear layers"
           f"{f', {len(kept)} kept float32' if kept else ''}; model.safetensors {size:.1f} MB)")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import command_parser
+from ._common import add_quantize_argument, command_parser
 
 
 def serve_command(argv: list[str]) -> int:
@@ -37,9 +37,7 @@ def serve_command(argv: list[str]) -> int:
     p.add_argument("--model-name", default=None, help="the model id clients send (default: the run folder's name)")
     p.add_argument("--device", default="auto")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--quantize", default=None, choices=["int8"],
-                   help="int8: weight-only int8 linear layers (CPU; docs/quantize.md); a folder written by"
-                        " `slmlab quantize` is int8 already")
+    add_quantize_argument(p)
     args = p.parse_args(argv)
     for name in ("max_batch", "max_queue"):
         if getattr(args, name) < 1:

@@ -75,8 +75,8 @@ def load_source(source) -> ExportSource:
     loaded = load_for_inference(source, "cpu")
     ckpt, model, tokenizer, run_config = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.run_config
     if quantized_modules(model):
-        raise ValueError(f"{ckpt} is an int8 copy (`slmlab quantize`); export the float run it came from (llama.cpp"
-                         " quantizes a GGUF itself: --to gguf --dtype q8_0)")
+        raise ValueError(f"{ckpt} is a quantized copy (`slmlab quantize`); export the float run it came from"
+                         " (llama.cpp quantizes a GGUF itself: --to gguf --dtype q8_0 or q4_0)")
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
     state = read_json_object(ckpt / "trainer" / "state.json")
     evaluation = None

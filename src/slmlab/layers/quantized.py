@@ -1,4 +1,4 @@
-"""Weight-only int8 linear layers: per-output-channel symmetric int8 weights, computed by torch's own
+"""Weight-only int8 and int4 linear layers. Int8: per-output-channel symmetric int8 weights, computed by torch's own
 CPU kernel ``torch.ops.aten._weight_int8pack_mm`` (no hand-written kernel).
 
 Row ``i`` of a weight ``W [out, in]`` is stored as ``q_i = round(W_i / s_i)`` in ``[-127, 127]`` with
@@ -120,3 +120,162 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
+
+
+# -- int4, group-wise -------------------------------------------------------------------------------
+#
+# Torch's CPU kernel ``aten._weight_int4pack_mm_for_cpu`` multiplies bfloat16 activations by 4-bit codes
+# ``q`` in ``[0, 15]`` with one (scale, zero) pair per group of ``g`` consecutive input columns of an output
+# row: ``Ŵ_ij = (q_ij - 8) s_{i, j // g} + z_{i, j // g}``. It takes groups of 32, 64, 128 or 256 columns, an
+# output count that is a multiple of 16 and an input count that is a multiple of the group (weights are
+# stored padded with zero rows / columns to those sizes), and its own packed layout of the codes
+# (``aten._convert_weight_to_int4pack_for_cpu``), which this module builds from a portable one: two codes
+# per byte, the even column in the low nibble.
+
+INT4_GROUPS = (32, 64, 128, 256)  # the group sizes the kernel takes
+INT4_GROUP = 32  # the default: the smallest group, the least rounding error
+N_MULTIPLE = 16  # the kernel's output rows come in blocks of 16
+
+
+def int4_shape(out_features: int, in_features: int, group: int) -> tuple[int, int]:
+    """``(out', in')``: the stored weight's rows and columns, padded to the kernel's multiples."""
+    if group not in INT4_GROUPS:
+        raise ValueError(f"int4 group size must be one of {INT4_GROUPS}, got {group}")
+    return -(-out_features // N_MULTIPLE) * N_MULTIPLE, -(-in_features // group) * group
+
+
+@torch.no_grad()
+def quantize_groups(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(codes uint8 [out, in] in [0, 15], scales_zeros bfloat16 [in / group, out, 2])``: asymmetric
+    4-bit codes of ``weight`` (``in`` a multiple of ``group``), one (scale, zero) pair per group.
+
+    The scale ``(max - min) / 15`` and the zero ``min + 8 s`` are rounded to bfloat16 first (what the kernel
+    reads) and the codes computed against the rounded pair, so the rounding of the pair is absorbed by the
+    codes; a constant group gets scale 1 and codes 8 (its value is the zero).
+    """
+    out, width = weight.shape
+    w = weight.detach().float().reshape(out, width // group, group)
+    lo, hi = w.amin(dim=-1), w.amax(dim=-1)
+    scale = torch.where(hi > lo, (hi - lo) / 15.0, torch.ones_like(hi)).to(KERNEL_DTYPE)
+    zero = torch.where(hi > lo, lo + 8.0 * scale.float(), lo).to(KERNEL_DTYPE)
+    codes = torch.round((w - zero.float()[..., None]) / scale.float()[..., None] + 8.0).clamp_(0, 15)
+    return codes.reshape(out, width).to(torch.uint8), torch.stack((scale, zero), dim=-1).transpose(0, 1).contiguous()
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """``[out, in]`` codes in ``[0, 15]`` -> ``[out, in / 2]`` bytes, the even column in the low nibble."""
+    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`pack_nibbles`."""
+    return torch.stack((packed & 15, packed >> 4), dim=-1).reshape(packed.shape[0], -1)
+
+
+def kernel_pack(codes: torch.Tensor) -> torch.Tensor:
+    """The kernel's own layout of ``[out', in']`` codes (``aten._convert_weight_to_int4pack_for_cpu``)."""
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+
+
+def int4_linear(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group: int, out_features: int,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x Ŵ^T + bias`` through ``aten._weight_int4pack_mm_for_cpu``.
+
+    Args:
+        x: ``[..., in]`` (any float dtype; rounded to bfloat16 for the kernel).
+        packed: the kernel-packed codes of ``[out', in']`` (:func:`kernel_pack`).
+        scales_zeros: bfloat16 ``[in' / group, out', 2]``.
+        group: columns per (scale, zero) pair.
+        out_features: the real output count (``out'`` minus the padding rows).
+        bias: ``[out]`` or None, added in the input's dtype.
+    Returns:
+        ``[..., out_features]`` in ``x``'s dtype.
+    """
+    lead = x.shape[:-1]
+    width = scales_zeros.shape[0] * group
+    rows = x.reshape(-1, x.shape[-1]).to(KERNEL_DTYPE)
+    if rows.shape[1] != width:  # fixed per layer: the weight's zero columns
+        rows = F.pad(rows, (0, width - rows.shape[1]))
+    if rows.shape[0] == 0:
+        y = x.new_zeros(0, out_features)
+    else:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows.contiguous(), packed, group, scales_zeros)
+        y = y[:, :out_features].to(x.dtype)
+    y = y.reshape(*lead, out_features)
+    return y if bias is None else y + bias
+
+
+class Int4Linear(nn.Module):
+    """An ``nn.Linear`` with group-wise asymmetric 4-bit weights (:func:`quantize_groups`), for inference.
+
+    Buffers (saved in the state dict): ``qweight`` uint8 ``[out', in' / 2]`` (two codes per byte,
+    :func:`pack_nibbles`; ``out'``, ``in'`` from :func:`int4_shape`, zero rows and columns past the real ones)
+    and ``scales_zeros`` bfloat16 ``[in' / group, out', 2]``. The kernel's own packed codes are built from
+    them on first use and rebuilt whenever the buffers change (a load, a copy). ``weight`` is the
+    dequantized weight in float32, built on each access.
+
+    Args:
+        in_features, out_features: as ``nn.Linear``.
+        bias: whether it has a bias.
+        group: input columns per (scale, zero) pair, one of :data:`INT4_GROUPS`.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, group: int = INT4_GROUP, device=None,
+                 dtype=torch.float32) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.group = in_features, out_features, group
+        rows, width = int4_shape(out_features, in_features, group)
+        self.register_buffer("qweight", torch.full((rows, width // 2), 0x88, dtype=torch.uint8, device=device))
+        self.register_buffer("scales_zeros", torch.zeros(width // group, rows, 2, dtype=KERNEL_DTYPE, device=device))
+        self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device), requires_grad=False) if bias else None
+        self._packed: tuple[tuple, torch.Tensor] | None = None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group: int = INT4_GROUP) -> Int4Linear:
+        """The int4 twin of ``linear`` (its weight quantized, its bias copied)."""
+        weight = linear.weight
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, group, weight.device, weight.dtype)
+        rows, width = int4_shape(linear.out_features, linear.in_features, group)
+        padded = F.pad(weight.detach().float(), (0, width - weight.shape[1], 0, rows - weight.shape[0]))
+        codes, layer.scales_zeros = quantize_groups(padded, group)
+        layer.qweight = pack_nibbles(codes)
+        if linear.bias is not None:
+            layer.bias.data.copy_(linear.bias.detach())
+        return layer
+
+    def codes(self) -> torch.Tensor:
+        """The ``[out', in']`` codes in ``[0, 15]``."""
+        return unpack_nibbles(self.qweight)
+
+    def packed(self) -> torch.Tensor:
+        """The kernel's layout of the codes, cached until ``qweight`` changes."""
+        try:
+            version = self.qweight._version
+        except RuntimeError:  # an inference tensor has no version counter; it cannot change in place either
+            version = -1
+        key = (self.qweight.data_ptr(), version)
+        if self._packed is None or self._packed[0] != key:
+            self._packed = (key, kernel_pack(self.codes()))
+        return self._packed[1]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantized weight (float32, ``[out, in]``)."""
+        codes = self.codes().float()
+        rows, width = codes.shape
+        s, z = self.scales_zeros.float().transpose(0, 1).unbind(-1)  # [out', groups] each
+        w = ((codes.reshape(rows, -1, self.group) - 8.0) * s[..., None] + z[..., None]).reshape(rows, width)
+        dtype = self.bias.dtype if self.bias is not None else torch.float32
+        return w[: self.out_features, : self.in_features].to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return int4_linear(x, self.packed(), self.scales_zeros, self.group, self.out_features, self.bias)
+
+    def __deepcopy__(self, memo) -> Int4Linear:
+        copy = Int4Linear(self.in_features, self.out_features, self.bias is not None, self.group, self.qweight.device)
+        copy.load_state_dict(self.state_dict())
+        return copy
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None},"
+                f" int4 group {self.group}")

@@ -1,8 +1,10 @@
-"""Weight-only int8 for every family: a module swap applied after loading, and saved int8 folders.
+"""Weight-only int8 and int4 for every family: a module swap applied after loading, and saved folders.
 
 :func:`quantize_int8` replaces each plain ``nn.Linear`` of a model (the LM head included, tied or
 not) by an :class:`~slmlab.layers.quantized.Int8Linear` holding int8 weights and one bfloat16-exact
-scale per output channel (the maths: ``docs/quantize.md``). What stays float32, and why:
+scale per output channel; :func:`quantize_int4` by an :class:`~slmlab.layers.quantized.Int4Linear`
+holding 4-bit codes with a (scale, zero) pair per group of 32 input columns (the maths:
+``docs/quantize.md``). The same modules are swapped by both. What stays float32, and why:
 
 * embedding tables: a lookup reads one row per token, so int8 would not make decoding faster, and
   several families read the table directly (the decode plans, NeoLLM's Spelling Bee, the audits).
@@ -34,10 +36,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..layers.quantized import Int8Linear
+from ..layers.quantized import INT4_GROUP, Int4Linear, Int8Linear
 
-METHOD = "slmlab_int8"
-SCHEMES = ("int8",)
+METHOD = "slmlab_int8"  # the quant_method of int8 folders
+METHODS = {"int8": METHOD, "int4": "slmlab_int4"}
+SCHEMES = tuple(METHODS)
+QUANTIZED = (Int8Linear, Int4Linear)
 WEIGHTS = "model.safetensors"
 # files of a saved model that travel with its int8 copy (the tokenizer, generation settings, the run's
 # record of its data and context)
@@ -77,12 +81,30 @@ def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
 def quantize_int8(model: nn.Module) -> list[str]:
     """Swap ``model``'s eligible linears for :class:`Int8Linear` in place (inference only).
 
-    A model that is already int8 is left as it is. Records the swap in ``model.config``'s
+    A model that is already quantized is left as it is. Records the swap in ``model.config``'s
     ``quantization_config`` (when the model has a config), which :func:`save_quantized` writes.
 
     Returns:
         the names of the swapped modules.
     """
+    return _swap(model, "int8", Int8Linear.from_linear)
+
+
+@torch.no_grad()
+def quantize_int4(model: nn.Module, group: int = INT4_GROUP) -> list[str]:
+    """Swap ``model``'s eligible linears for :class:`Int4Linear` (``group`` input columns per scale and
+    zero) in place, as :func:`quantize_int8` does for int8."""
+    return _swap(model, "int4", lambda linear: Int4Linear.from_linear(linear, group), group)
+
+
+def quantize(model: nn.Module, scheme: str) -> list[str]:
+    """:func:`quantize_int8` or :func:`quantize_int4` by name (``"int8"``, ``"int4"``)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown quantization scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}")
+    return quantize_int8(model) if scheme == "int8" else quantize_int4(model)
+
+
+def _swap(model: nn.Module, scheme: str, make, group: int | None = None) -> list[str]:
     if quantized_modules(model):
         return quantized_modules(model)
     names = int8_targets(model)
@@ -90,27 +112,32 @@ def quantize_int8(model: nn.Module) -> list[str]:
         linear = model.get_submodule(name)
         if type(linear) is not nn.Linear:
             linear.fold_multipliers()  # diag(r) W diag(c) into W: the layer is now x W^T + b
-        _set_module(model, name, Int8Linear.from_linear(linear))
+        _set_module(model, name, make(linear))
     model.eval()
     if getattr(model, "config", None) is not None:
-        model.config.quantization_config = quantization_record(names)
+        model.config.quantization_config = quantization_record(names, scheme, group)
     return names
 
 
 def quantized_modules(model: nn.Module) -> list[str]:
-    """Names of ``model``'s :class:`Int8Linear` modules (empty for a float model)."""
-    return [name for name, module in model.named_modules() if isinstance(module, Int8Linear)]
+    """Names of ``model``'s int8 or int4 linear modules (empty for a float model)."""
+    return [name for name, module in model.named_modules() if isinstance(module, QUANTIZED)]
 
 
-def quantization_record(names: list[str]) -> dict:
-    """The ``quantization_config`` entry of an int8 model's ``config.json``."""
+def quantization_record(names: list[str], scheme: str = "int8", group: int | None = None) -> dict:
+    """The ``quantization_config`` entry of a quantized model's ``config.json``."""
+    if scheme == "int4":
+        return {"quant_method": METHODS["int4"], "bits": 4, "group_size": group or INT4_GROUP,
+                "weights": "group-wise asymmetric int4 (a bfloat16 scale and zero per group of input columns)",
+                "activations": "bfloat16 in the int4 matmuls", "modules": list(names)}
     return {"quant_method": METHOD, "bits": 8, "weights": "per-output-channel symmetric int8, bfloat16 scales",
             "activations": "bfloat16 in the int8 matmuls", "modules": list(names)}
 
 
 def apply_quantization(model: nn.Module, scheme: str | None, device) -> list[str]:
     """What the ``--quantize`` flag of ``generate`` / ``serve`` / ``eval`` does: nothing for None,
-    :func:`quantize_int8` for ``"int8"`` (a no-op on a model loaded from an int8 folder).
+    :func:`quantize_int8` for ``"int8"``, :func:`quantize_int4` for ``"int4"`` (a no-op on a model loaded
+    from a quantized folder).
 
     Raises:
         ValueError: an unknown scheme, or a device other than the CPU (the kernel is torch's CPU one).
@@ -120,9 +147,9 @@ def apply_quantization(model: nn.Module, scheme: str | None, device) -> list[str
     if scheme not in SCHEMES:
         raise ValueError(f"unknown --quantize scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}")
     if torch.device(device).type != "cpu":
-        raise ValueError(f"--quantize {scheme} runs on the CPU (torch's int8 weight kernel), not on {device};"
+        raise ValueError(f"--quantize {scheme} runs on the CPU (torch's {scheme} weight kernel), not on {device};"
                          " pass --device cpu")
-    return quantize_int8(model)
+    return quantize(model, scheme)
 
 
 def quantization_of(folder: str | Path) -> dict | None:
@@ -138,14 +165,15 @@ def quantization_of(folder: str | Path) -> dict | None:
     record = config.get("quantization_config") if isinstance(config, dict) else None
     if record is None:
         return None
-    if not isinstance(record, dict) or record.get("quant_method") != METHOD or not isinstance(record.get("modules"), list):
+    if (not isinstance(record, dict) or record.get("quant_method") not in METHODS.values()
+            or not isinstance(record.get("modules"), list)):
         raise ValueError(f"{folder}/config.json has a quantization_config slmlab cannot load ({record!r}); load the"
                          " float model and pass --quantize int8, or write the folder with `slmlab quantize`")
     return record
 
 
 def save_quantized(model: nn.Module, source: str | Path | None, out: str | Path) -> Path:
-    """Write an int8 ``model`` to the folder ``out``: ``config.json`` (with ``quantization_config``),
+    """Write a quantized ``model`` to the folder ``out``: ``config.json`` (with ``quantization_config``),
     ``model.safetensors`` and, from ``source`` (the folder it was loaded from), the tokenizer,
     generation config and run record (:data:`CARRIED_FILES`).
 
@@ -156,16 +184,20 @@ def save_quantized(model: nn.Module, source: str | Path | None, out: str | Path)
 
     names = quantized_modules(model)
     if not names:
-        raise ValueError("the model has no int8 module; call slmlab.models.quantize.quantize_int8(model) first")
+        raise ValueError("the model has no quantized module; call slmlab.models.quantize.quantize_int8(model) first")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} exists and is not an empty folder; choose another OUT or remove it")
     out.mkdir(parents=True, exist_ok=True)
-    model.config.quantization_config = quantization_record(names)
+    record = getattr(model.config, "quantization_config", None)
+    if not isinstance(record, dict) or record.get("modules") != names:
+        int4 = [m for m in model.modules() if isinstance(m, Int4Linear)]
+        record = quantization_record(names, "int4" if int4 else "int8", int4[0].group if int4 else None)
+    model.config.quantization_config = record
     model.config.to_json_file(str(out / "config.json"))
     # tied tensors are written once per name (a plain copy each): safetensors refuses shared storage
     state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS), metadata={"format": "pt", "quantization": METHOD})
+    save_file(state, str(out / WEIGHTS), metadata={"format": "pt", "quantization": record["quant_method"]})
     if source is not None:
         for name in CARRIED_FILES:
             path = Path(source) / name
@@ -177,10 +209,11 @@ def save_quantized(model: nn.Module, source: str | Path | None, out: str | Path)
 
 @torch.no_grad()
 def load_quantized(folder: str | Path) -> nn.Module:
-    """The int8 model saved in ``folder`` by :func:`save_quantized`, in eval mode on the CPU.
+    """The quantized model saved in ``folder`` by :func:`save_quantized`, in eval mode on the CPU.
 
     ``config.json`` must name an slmlab family (checked by the caller, :func:`slmlab.train.saved.open_checkpoint`);
-    the model is built from that config, the recorded modules swapped for :class:`Int8Linear`, and
+    the model is built from that config, the recorded modules swapped for :class:`Int8Linear` (or
+    :class:`Int4Linear` with the recorded group size), and
     every tensor of ``model.safetensors`` loaded strictly (a missing or unexpected name raises).
     """
     from safetensors.torch import load_file
@@ -200,11 +233,13 @@ def load_quantized(folder: str | Path) -> nn.Module:
         if not plain_linear(linear):
             raise ValueError(f"{folder}: module {name!r} is not a linear layer of this {config.model_type} model; the"
                              " folder does not match its config: quantize the float model again")
-        _set_module(model, name, Int8Linear(linear.in_features, linear.out_features, linear.bias is not None))
+        bias = linear.bias is not None
+        _set_module(model, name, Int4Linear(linear.in_features, linear.out_features, bias, int(record["group_size"]))
+                    if record["quant_method"] == METHODS["int4"] else Int8Linear(linear.in_features, linear.out_features, bias))
     state = load_file(str(folder / WEIGHTS))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{folder}/{WEIGHTS} does not match its int8 config (missing {missing[:3]}, unexpected"
+        raise ValueError(f"{folder}/{WEIGHTS} does not match its quantization config (missing {missing[:3]}, unexpected"
                          f" {unexpected[:3]}); quantize the float model again")
     model.config.quantization_config = record
     return model.eval()
