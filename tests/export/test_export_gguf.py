@@ -108,8 +108,16 @@ def q8_bound(ref: np.ndarray) -> np.ndarray:
     return np.broadcast_to(blocks * 0.5 + blocks * 127 * 2e-3 + 1e-7, (blocks.shape[0], 32)).reshape(ref.shape)
 
 
+def q4_bound(ref: np.ndarray) -> np.ndarray:
+    """Per-element error bound of q4_0: its 32-value block's scale is the signed extreme / -8, so the extreme is
+    exact and a value of the other sign near -extreme clamps at code 15: up to one step (amax / 8), plus the
+    f16 rounding of the scale over 8 steps."""
+    amax = np.abs(ref.reshape(-1, 32)).max(axis=1, keepdims=True)
+    return np.broadcast_to(amax / 8 + amax * 2e-3 + 1e-7, (amax.shape[0], 32)).reshape(ref.shape)
+
+
 @pytest.mark.parametrize("family", ["lumen", "lfm2"])
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_0"])
 def test_every_tensor_reads_back(tmp_path, bpe, family, dtype):
     model = build(family)
     out = export_gguf(save(tmp_path, model, bpe), tmp_path / "m.gguf", dtype=dtype, force=False)
@@ -127,9 +135,13 @@ def test_every_tensor_reads_back(tmp_path, bpe, family, dtype):
         elif dtype == "f16":
             assert types[name] == gguf.GGMLQuantizationType.F16, name
             np.testing.assert_allclose(got, ref, atol=1e-3, rtol=0, err_msg=name)
-        else:
+        elif dtype == "q8_0":
             assert types[name] == gguf.GGMLQuantizationType.Q8_0, name
             assert np.all(np.abs(got - ref) <= q8_bound(ref)), name
+        else:
+            assert types[name] == gguf.GGMLQuantizationType.Q4_0, name
+            assert np.all(np.abs(got - ref) <= q4_bound(ref)), name
+            assert np.abs(got - ref).max() > q8_bound(ref).max(), name  # 4 bits, not 8
 
 
 def test_llama_rows_are_permuted_for_rotary_pairs(tmp_path, bpe):
@@ -228,10 +240,10 @@ def test_every_declared_architecture_is_one_gguf_knows():
     assert {a for a in declared.values() if a} <= set(gguf.MODEL_ARCH_NAMES.values())
 
 
-@pytest.mark.parametrize("dtype", ["q4_0", "bf16", "F32"])
+@pytest.mark.parametrize("dtype", ["q4_k", "bf16", "F32"])
 def test_refuses_unknown_dtype(tmp_path, bpe, dtype):
     folder = save(tmp_path, build("lumen"), bpe)
-    with pytest.raises(ValueError, match="f32, f16, q8_0"):
+    with pytest.raises(ValueError, match="f32, f16, q8_0, q4_0"):
         export_gguf(folder, tmp_path / "m.gguf", dtype=dtype, force=False)
 
 

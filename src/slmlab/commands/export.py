@@ -33,7 +33,7 @@ def export_command(argv: list[str]) -> int:
     p.add_argument("--to", required=True, metavar="TARGET", help="hf or gguf")
     p.add_argument("out", metavar="OUT", help="the folder (hf) or .gguf file (gguf) to write")
     p.add_argument("--dtype", default=None,
-                   help="weights on disk: f32 (default), f16 or bf16 for hf; f32, f16 or q8_0 for gguf")
+                   help="weights on disk: f32 (default), f16 or bf16 for hf; f32, f16, q8_0 or q4_0 for gguf")
     p.add_argument("--force", action="store_true", help="replace an existing non-empty OUT")
     args = p.parse_args(argv)
     if args.to not in TARGETS:

@@ -10,8 +10,8 @@ converter (``convert_hf_to_gguf.py``), which is not used:
 * tensor names come from ``gguf``'s name map of the architecture (``model.layers.0.self_attn.q_proj``
   -> ``blk.0.attn_q``); a tied LM head is not written (llama.cpp reuses ``token_embd``);
 * norms and 1-D tensors stay f32 whatever the dtype (and what the family keeps in f32, e.g. a conv
-  kernel); ``f16`` and ``q8_0`` apply to the matrices. ``q8_0`` needs every matrix row to be a
-  whole number of 32-value blocks;
+  kernel); ``f16``, ``q8_0`` and ``q4_0`` apply to the matrices. ``q8_0`` and ``q4_0`` need every matrix
+  row to be a whole number of 32-value blocks;
 * ``context_length`` (llama.cpp's training context and default ``n_ctx``) is the context the run
   trained on when recorded (:func:`slmlab.train.saved.trained_context`), else the model's position
   limit.
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..models.export_info import GGUFLayout
 
-DTYPES = ("f32", "f16", "q8_0")
+DTYPES = ("f32", "f16", "q8_0", "q4_0")
 Q8_BLOCK = 32
 
 
@@ -50,7 +50,7 @@ def export_gguf(source: Path, out: Path, *, dtype: str = "f32", force: bool = Fa
     Args:
         source: a run folder (its newest checkpoint), a checkpoint folder or a saved model folder.
         out: the ``.gguf`` file to write (its folder is created).
-        dtype: ``f32``, ``f16`` or ``q8_0`` for the weight matrices.
+        dtype: ``f32``, ``f16``, ``q8_0`` or ``q4_0`` for the weight matrices.
         force: overwrite ``out`` if it exists.
     Returns:
         ``out``.
@@ -133,7 +133,7 @@ def _tensor_type(gguf_name: str, array, dtype: str, keep_f32: tuple[str, ...] = 
     t = gguf.GGMLQuantizationType
     if array.ndim == 1 or gguf_name.endswith("_norm.weight") or any(part in gguf_name for part in keep_f32):
         return t.F32
-    return {"f32": t.F32, "f16": t.F16, "q8_0": t.Q8_0}[dtype]
+    return {"f32": t.F32, "f16": t.F16, "q8_0": t.Q8_0, "q4_0": t.Q4_0}[dtype]
 
 
 # -- tokenizer -------------------------------------------------------------------------------------
@@ -259,7 +259,7 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
         model: a model of a family whose ``EXPORT.gguf`` is set (:func:`gguf_layout`).
         tokenizer: its byte-level BPE ``PreTrainedTokenizerFast``, or None (ids only).
         out: the file to write.
-        dtype: ``f32``, ``f16`` or ``q8_0``.
+        dtype: ``f32``, ``f16``, ``q8_0`` or ``q4_0``.
         name: ``general.name`` (default: the family).
         special_ids: ``{"bos_token_id": .., "eos_token_id": .., "pad_token_id": ..}`` (default: the
             tokenizer's).
@@ -281,9 +281,9 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
     tensors = []
     for gguf_name, slm_name, array in _model_tensors(model, model_arch, layout.tensor):
         qtype = _tensor_type(gguf_name, array, dtype, layout.keep_f32)
-        if qtype == gguf.GGMLQuantizationType.Q8_0 and array.shape[-1] % Q8_BLOCK:
+        if qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0) and array.shape[-1] % Q8_BLOCK:
             raise ValueError(
-                f"--dtype q8_0 needs every matrix row to be a multiple of {Q8_BLOCK} values; {slm_name} has rows of"
+                f"--dtype {dtype} needs every matrix row to be a multiple of {Q8_BLOCK} values; {slm_name} has rows of"
                 f" {array.shape[-1]}: use --dtype f16 or f32"
             )
         tensors.append((gguf_name, array, qtype))
@@ -300,7 +300,7 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
         writer.add_context_length(context_length or config.max_position_embeddings)
         layout.metadata(writer, config)
         file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype]
+                     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[dtype]
         writer.add_file_type(int(file_type))
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
         _add_vocab(writer, vocab, config.vocab_size)
