@@ -48,7 +48,7 @@ from llamacpp_anchor import agreement, available, llama_cpp_variants  # noqa: E4
 from slmlab.generation import generate  # noqa: E402
 from slmlab.layers import frozen_weights  # noqa: E402
 from slmlab.models import get_family  # noqa: E402
-from slmlab.models.quantize import float_linears, quantize_int8  # noqa: E402
+from slmlab.models.quantize import float_linears, quantize_int4, quantize_int8  # noqa: E402
 
 QUICKSTART = {  # the families' small presets, quickstart vocabulary (2048)
     "lumen": ("lumen-3m", {}),
@@ -156,9 +156,9 @@ def memory_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
 
 
 def bench_family(family: str, size: str, new: int, repeats: int, use_compile: bool, folder: Path,
-                 model=None, ids: torch.Tensor | None = None) -> tuple[list, dict]:
-    """Rows (fp32, int8, compiled, llama.cpp) and the time split of one family's model: a seeded one
-    at ``size``, or ``model`` (a trained one) with its prompt ``ids``."""
+                 model=None, ids: torch.Tensor | None = None, int4: bool = False) -> tuple[list, dict]:
+    """Rows (fp32, int8, compiled, llama.cpp; with ``int4`` also int4 and llama.cpp q4_0) and the time split of
+    one family's model: a seeded one at ``size``, or ``model`` (a trained one) with its prompt ``ids``."""
     model = build(family, size) if model is None else model
     n = parameters(model)
     t0 = time.perf_counter()
@@ -171,12 +171,20 @@ def bench_family(family: str, size: str, new: int, repeats: int, use_compile: bo
         z, zq = model(input_ids=ids).logits, q(input_ids=ids).logits
     rel = float((zq - z).norm() / z.norm())
     sides = {"fp32": lambda: generate(model, ids, new), "int8": lambda: generate(q, ids, new)}
+    quantized = {"int8": (q, rel)}
+    if int4:
+        q4 = copy.deepcopy(model)
+        quantize_int4(q4)
+        with torch.inference_mode():
+            quantized["int4"] = (q4, float((q4(input_ids=ids).logits - z).norm() / z.norm()))
+        sides["int4"] = lambda: generate(q4, ids, new)
     if use_compile and family in GGUF_FAMILIES:
-        sides |= {"fp32 compiled": lambda: generate(model, ids, new, compile=True),
-                  "int8 compiled": lambda: generate(q, ids, new, compile=True)}
+        sides |= {f"{name} compiled": (lambda m=m: generate(m, ids, new, compile=True))
+                  for name, m in [("fp32", model)] + [(k, v[0]) for k, v in quantized.items()]}
     anchors = {}
     if available() and family in GGUF_FAMILIES:
-        anchors = llama_cpp_variants(model, None, ids[0].tolist(), new, torch.get_num_threads(), folder)
+        anchors = llama_cpp_variants(model, None, ids[0].tolist(), new, torch.get_num_threads(), folder,
+                                     ("f32", "q8_0") + ("q4_0",) * int4)
         sides |= {name: run for name, (run, _) in anchors.items()}
     times = best_times(sides, repeats)
     reference = generate(model, ids, new)[0, ids.shape[1]:].tolist()
@@ -185,17 +193,18 @@ def bench_family(family: str, size: str, new: int, repeats: int, use_compile: bo
     forced = torch.cat((ids, torch.tensor([reference])), dim=1)
     with torch.inference_mode():
         want = model(input_ids=forced).logits[0, ids.shape[1] - 1 : -1].argmax(-1)
-        got = q(input_ids=forced).logits[0, ids.shape[1] - 1 : -1].argmax(-1)
-    top1 = float((want == got).float().mean())
+        top1 = {k: float((m(input_ids=forced).logits[0, ids.shape[1] - 1 : -1].argmax(-1) == want).float().mean())
+                for k, (m, _) in quantized.items()}
     rows = []
     for name, sec in times.items():
         out = sides[name]()
         tokens = out[0, ids.shape[1]:].tolist() if torch.is_tensor(out) else out
         path = getattr(out, "decode_path", "llama.cpp")
+        scheme = name.split()[0] if name.split()[0] in quantized else None
         rows.append({"family": family, "params": f"{n / 1e6:.1f}M", "side": name, "path": path,
                      "tokens/s": new / sec, "x fp32": times["fp32"] / sec, "greedy = fp32": agreement(reference, tokens),
-                     "forced top-1 = fp32": top1 if name.startswith("int8") else float("nan"),
-                     "logit rel err": rel if name.startswith("int8") else float("nan")})
+                     "forced top-1 = fp32": top1[scheme] if scheme else float("nan"),
+                     "logit rel err": quantized[scheme][1] if scheme else float("nan")})
     for _, engine in anchors.values():
         engine.close()
     kernel_ms, profiled_ms, calls = kernel_share(q, ids, new)
@@ -224,11 +233,14 @@ def target_rows(rows: list[dict]) -> list[dict]:
     for key in dict.fromkeys((r["family"], r["params"]) for r in rows):
         block = [r for r in rows if (r["family"], r["params"]) == key]
 
-        fp32, int8 = _best(block, "fp32"), _best(block, "int8")
-        f32, q8 = _best(block, "llama.cpp f32"), _best(block, "llama.cpp q8_0")
-        out.append({"family": key[0], "params": key[1], "fp32 tok/s": fp32, "int8 tok/s": int8, "int8 / fp32": int8 / fp32,
-                    "llama.cpp f32": f32, "fp32 / llama.cpp f32": fp32 / f32, "llama.cpp q8_0": q8,
-                    "int8 / llama.cpp q8_0": int8 / q8})
+        fp32, int8, int4 = _best(block, "fp32"), _best(block, "int8"), _best(block, "int4")
+        f32, q8, q4 = _best(block, "llama.cpp f32"), _best(block, "llama.cpp q8_0"), _best(block, "llama.cpp q4_0")
+        row = {"family": key[0], "params": key[1], "fp32 tok/s": fp32, "int8 tok/s": int8, "int8 / fp32": int8 / fp32,
+               "llama.cpp f32": f32, "fp32 / llama.cpp f32": fp32 / f32, "llama.cpp q8_0": q8,
+               "int8 / llama.cpp q8_0": int8 / q8}
+        if any(r["side"].startswith("int4") for r in block):
+            row |= {"int4 tok/s": int4, "int4 / fp32": int4 / fp32, "llama.cpp q4_0": q4, "int4 / llama.cpp q4_0": int4 / q4}
+        out.append(row)
     return out
 
 
@@ -244,6 +256,7 @@ def main() -> None:
     p.add_argument("--quickstart-lumen", action="store_true",
                    help="first the quickstart-size Lumen (lumen-3m, 2.75M parameters) in the same process")
     p.add_argument("--prompt", default="ROMEO:", help="the prompt with --run (its tokenizer encodes it)")
+    p.add_argument("--int4", action="store_true", help="also int4 weights (groups of 32) and llama.cpp's q4_0")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall: elapsed time (default); cpu: this process's CPU time (stable on a busy machine)")
     args = p.parse_args()
@@ -262,13 +275,14 @@ def main() -> None:
             prompt = loaded.tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
             print(f"{loaded.checkpoint}: prompt {args.prompt!r} = {len(prompt)} tokens")
             block, split = bench_family(loaded.family.name, "run", args.new, args.repeats, args.compile, Path(folder),
-                                        loaded.model, torch.tensor([prompt]))
+                                        loaded.model, torch.tensor([prompt]), args.int4)
             rows, splits = block, [split]
         plan = [] if args.run is not None else [(f, args.size) for f in args.families.split(",")]
         for family, size in [("lumen", "quickstart")] * args.quickstart_lumen + plan:
             t0 = time.perf_counter()
             with frozen_weights():  # fixed weights: decode plans are arranged once per model, as in a server
-                block, split = bench_family(family, size, args.new, args.repeats, args.compile, Path(folder))
+                block, split = bench_family(family, size, args.new, args.repeats, args.compile, Path(folder),
+                                            int4=args.int4)
             rows += block
             splits.append(split)
             print(f"{family} ({size}): measured in {time.perf_counter() - t0:.0f} s, load average {os.getloadavg()[0]:.1f}",

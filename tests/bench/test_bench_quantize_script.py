@@ -49,3 +49,13 @@ def test_the_target_table_compares_best_paths_with_llama_cpp():
     lumen, pgsm = bench.target_rows(rows)
     assert lumen["int8 / fp32"] == 1.5 and lumen["fp32 / llama.cpp f32"] == 0.8 and lumen["int8 / llama.cpp q8_0"] == 0.75
     assert pgsm["int8 / fp32"] == 3.0 and pgsm["llama.cpp f32"] != pgsm["llama.cpp f32"]  # NaN: no llama.cpp row
+
+
+def test_bench_quantize_adds_int4_beside_int8(tmp_path):
+    bench = load("bench_quantize")
+    rows, _ = bench.bench_family("lumen", "quickstart", new=4, repeats=1, use_compile=False, folder=tmp_path, int4=True)
+    by_side = {r["side"]: r for r in rows}
+    assert by_side["int4"]["path"] == "plan" and by_side["int4"]["greedy = fp32"].endswith("/4")
+    assert by_side["int8"]["logit rel err"] < by_side["int4"]["logit rel err"] < 0.5
+    [target] = bench.target_rows(rows)
+    assert target["int4 tok/s"] == by_side["int4"]["tokens/s"] and target["int4 / fp32"] > 0
