@@ -346,24 +346,25 @@ def test_a_lone_request_decodes_alone_and_hands_over_to_the_batch_when_another_a
     assert long["choices"][0]["text"] == alone(PROMPT, 1500) and long["usage"]["completion_tokens"] == 1500
 
 
-@pytest.mark.parametrize("family", ["lumen", "lfm2", "pgsm"])
-def test_int8_weights_serve_with_continuous_batching(family, tmp_path):
-    """``--quantize int8`` keeps continuous batching (the start-up probe passes: each int8 output row
-    depends on its own input row only), and batched greedy completions equal the int8 model's
-    generate() alone."""
+@pytest.mark.parametrize("family, scheme", [("lumen", "int8"), ("lfm2", "int8"), ("pgsm", "int8"), ("lumen", "int4"),
+                                            ("pgsm", "int4")])
+def test_quantized_weights_serve_with_continuous_batching(family, scheme, tmp_path):
+    """``--quantize int8|int4`` keeps continuous batching (the start-up probe passes: each output row of
+    either kernel depends on its own input row only), and batched greedy completions equal the quantized
+    model's generate() alone."""
     from fastapi.testclient import TestClient
 
     from slmlab.generation import generate
-    from slmlab.models.quantize import quantize_int8, quantized_modules
+    from slmlab.models.quantize import quantize, quantized_modules
     from slmlab.serve.server import build_server
     from slmlab.train.saved import load_for_inference
 
     ckpt = build_checkpoint(family, tmp_path / family)
-    server = build_server(ckpt, max_batch=4, quantize="int8")
+    server = build_server(ckpt, max_batch=4, quantize=scheme)
     assert server.batching_refusal is None, server.batching_refusal
     assert quantized_modules(server.served.model)
     loaded = load_for_inference(ckpt, "cpu")
-    quantize_int8(loaded.model)
+    quantize(loaded.model, scheme)
     prompts = ["Hi", "Tell me a story about", "abc", "Once upon a time, far away"]
     expected = []
     for p in prompts:

@@ -45,7 +45,7 @@ def build_server(run: str | Path, max_batch: int = 8, max_queue: int = 64, api_k
                  model_name: str | None = None, device: str = "auto",
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, quantize: str | None = None) -> Server:
     """Load ``run`` (a run folder, checkpoint or saved model with its tokenizer) and build the server;
-    ``quantize="int8"`` swaps its linear layers for int8 ones (:func:`slmlab.models.quantize.apply_quantization`).
+    ``quantize="int8"`` (or ``"int4"``) swaps its linear layers for quantized ones (:func:`slmlab.models.quantize.apply_quantization`).
 
     Raises:
         ValueError: no tokenizer saved with the model, bad limits, an empty API key or a model name
