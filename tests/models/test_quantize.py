@@ -86,6 +86,20 @@ def test_every_linear_is_swapped_and_the_rest_stays_float(family):
     assert quantize_int8(model) == names  # idempotent
 
 
+def prefill_and_decode(q, ids: torch.Tensor, prefill: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(one full forward's logits, the same positions' logits from a prefill then one token at a time
+    through the cache)``."""
+    with torch.inference_mode():
+        full = q(input_ids=ids).logits
+        out = q(input_ids=ids[:, :prefill], use_cache=True)
+        steps, cache = [out.logits], out.cache
+        for t in range(prefill, ids.shape[1]):
+            out = q(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
+            steps.append(out.logits)
+            cache = out.cache
+    return full, torch.cat(steps, dim=1)
+
+
 @pytest.mark.parametrize("family", sorted(TINY))
 def test_int8_logits_stay_close_to_float32(family):
     model = tiny(family)
@@ -105,18 +119,11 @@ def test_decode_equals_prefill_on_the_int8_model(family):
     q = tiny(family)
     quantize_int8(q)
     ids = ids_for(q)
-    with torch.inference_mode():
-        full = q(input_ids=ids).logits
-        out = q(input_ids=ids[:, :5], use_cache=True)
-        steps, cache = [out.logits], out.cache
-        for t in range(5, ids.shape[1]):
-            out = q(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
-            steps.append(out.logits)
-            cache = out.cache
+    full, decoded = prefill_and_decode(q, ids)
     # aten._weight_int8pack_mm blocks its fp32 accumulation by the row count M, so one row (decode) and M rows
     # (prefill) may round apart: measured on this CI machine, 2 of 14,400 NeoLLM logits differ by 1.2e-4 (the
     # same at the commit where it passed, so the CPU's kernel path, not the model); fp32 stays at 1e-5 elsewhere
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=5e-4, rtol=0)
+    torch.testing.assert_close(decoded, full, atol=5e-4, rtol=0)
     greedy = generate(q, ids[:1], 8, use_plan=False)
     assert greedy.decode_path == "model forward" and greedy.shape == (1, ids.shape[1] + 8)
 
@@ -277,19 +284,12 @@ def test_decode_equals_prefill_on_the_int4_model(family):
     q = tiny(family)
     quantize_int4(q)
     ids = ids_for(q)
-    with torch.inference_mode():
-        full = q(input_ids=ids).logits
-        out = q(input_ids=ids[:, :5], use_cache=True)
-        steps, cache = [out.logits], out.cache
-        for t in range(5, ids.shape[1]):
-            out = q(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
-            steps.append(out.logits)
-            cache = out.cache
+    full, decoded = prefill_and_decode(q, ids)
     # The kernel computes each row alone (bit-identical for 1 or 24 rows), but it reads bfloat16 activations: a
     # 1e-7 difference of a float path between prefill and decode (LFM2's convolution) can flip one rounding, which
     # moves the outputs it feeds by a bfloat16 step. Measured: LFM2 28 of 4,656 logits apart, at most 3.9e-3 (one
     # step at |z| 0.72), the other families 0. Bound: two steps of the largest logit, and 99% equal to 1e-5.
-    diff = (torch.cat(steps, dim=1) - full).abs()
+    diff = (decoded - full).abs()
     assert diff.max() <= 2**-7 * full.abs().max() and (diff > 1e-5).float().mean() < 0.01, diff.max()
 
 
