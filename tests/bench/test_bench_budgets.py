@@ -36,8 +36,9 @@ def test_every_built_in_group_names_its_step_budget_and_a_larger_time_cap(tier):
         assert merged.get("max_time", 0) == 0 or merged["max_time"] >= 60, (tier, number)
 
 
-# Idle 2-core seconds per step (evaluations included) the CPU tiers were sized with: the cpu-full runs of
-# docs/results/bench-cpu-full/results.jsonl, those measured at load 4-8 (runs 5-25) halved (tier file comments);
+# Idle 2-core seconds per step (evaluations included) the CPU tiers were sized with: the wall-clock cpu-full runs
+# (the git history of docs/results/bench-cpu-full/results.jsonl before its step-budget run), those measured at
+# load 4-8 (runs 5-25) halved (tier file comments); the step-budget seed 0 then took 91 minutes at load 2-4;
 # the multi-query T2 (ar:cpu, T 32): CPU seconds of a training step plus 15% for the evaluations.
 STEP_COST = {
     ("mqar:cpu", "attn2-z"): 0.032, ("mqar:cpu", "shortconv4"): 0.050, ("mqar:cpu", "longconv4"): 0.074,
