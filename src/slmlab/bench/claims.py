@@ -120,15 +120,17 @@ def t2_no_read_level() -> float:
     return parse_task_spec(T2_SPEC).no_read_accuracy(SHORT_CONV_WINDOW)
 
 
-def _t2_rows(rows: list[dict], models: tuple[str, ...], words: list[str], lines: list[str]):
-    """Each model's complete T2 row; a missing or incomplete one is recorded as undecided instead."""
+def _usable_rows(rows: list[dict], spec: str, models: tuple[str, ...], words: list[str], lines: list[str],
+                 name: Callable[[str], str] = str):
+    """Each model's complete row on ``spec``; a missing or incomplete one is recorded as undecided instead
+    (its line labelled ``name(model)``)."""
     for model in models:
-        row = _find(rows, task_spec=T2_SPEC, model=model)
+        row = _find(rows, task_spec=spec, model=model)
         if _usable(row):
             yield model, row
         else:
             words.append(UNDECIDED)
-            lines.append(_missing(model, row))
+            lines.append(_missing(name(model), row))
 
 
 def decide_t2(rows: list[dict]) -> Verdict:
@@ -136,10 +138,10 @@ def decide_t2(rows: list[dict]) -> Verdict:
     to the no-read level (above it, a 9-token window would be reading a pair: the generator leaks)."""
     level = t2_no_read_level()
     words, lines = [], []
-    for model, row in _t2_rows(rows, T2_ATTENTION, words, lines):
+    for model, row in _usable_rows(rows, T2_SPEC, T2_ATTENTION, words, lines):
         words.append(above(row["ci"], SOLVED))
         lines.append(f"{model} solves T2 (>= {SOLVED}): {words[-1]}: {_acc_text(row)}")
-    for model, row in _t2_rows(rows, T2_SHORT_CONV, words, lines):
+    for model, row in _usable_rows(rows, T2_SPEC, T2_SHORT_CONV, words, lines):
         words.append(HOLDS if row["ci"][0] <= level else REFUTED)
         lines.append(f"{model} reads no pair (lower bound at or below the no-read level 1/19 = {level:.4f}):"
                      f" {words[-1]}: {_acc_text(row)}")
@@ -156,13 +158,9 @@ T7_CHANCE = 1 / 64  # t7's 64 values: a model that reads no stored pair
 
 def _judge(rows: list[dict], words: list[str], lines: list[str], label: str, spec: str, model: str,
            judge: Callable[[list[float]], str], wanted: str) -> None:
-    row = _find(rows, task_spec=spec, model=model)
-    if not _usable(row):
-        words.append(UNDECIDED)
-        lines.append(_missing(f"{label}: {model} on {spec}", row))
-        return
-    words.append(judge(row["ci"]))
-    lines.append(f"{label}: {model} on {spec} {wanted}: {words[-1]}: {_acc_text(row)}")
+    for _, row in _usable_rows(rows, spec, (model,), words, lines, lambda m: f"{label}: {m} on {spec}"):
+        words.append(judge(row["ci"]))
+        lines.append(f"{label}: {model} on {spec} {wanted}: {words[-1]}: {_acc_text(row)}")
 
 
 def decide_acceptance(rows: list[dict]) -> Verdict:

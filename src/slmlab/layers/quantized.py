@@ -271,11 +271,6 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return int4_linear(x, self.packed(), self.scales_zeros, self.group, self.out_features, self.bias)
 
-    def __deepcopy__(self, memo) -> Int4Linear:
-        copy = Int4Linear(self.in_features, self.out_features, self.bias is not None, self.group, self.qweight.device)
-        copy.load_state_dict(self.state_dict())
-        return copy
-
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None},"
                 f" int4 group {self.group}")
