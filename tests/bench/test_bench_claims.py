@@ -186,6 +186,23 @@ def test_acceptance_rule_reads_r1_r2_r3_on_cpu_full_rows():
     assert missing.word == UNDECIDED and "R2: pgsm-cpu-noret on t7:cpu: no complete run" in missing.lines
 
 
+def test_r1_t1_budget_claim_reads_r1_on_t1_at_twice_cpu_full_steps():
+    from slmlab.bench.claims import CLAIMS, HOLDS, REFUTED, UNDECIDED, claims_for, decide_r1_t1
+
+    assert [c.name for c in claims_for([{"tier": "claim-r1-t1-budget"}])] == ["r1-t1-budget"]
+    plans = tier_plans("claim-r1-t1-budget")
+    full = [p for p in tier_plans("cpu-full") if p.task == "mqar:cpu" and p.model == "attn2-z"]
+    assert {p.max_steps for p in plans} == {2 * full[0].max_steps} == {3130}
+    assert sorted({(p.lr, p.seed) for p in plans}) == sorted({(p.lr, p.seed) for p in full})
+    assert {(p.batch_size, p.eval_every) for p in plans} == {(p.batch_size, p.eval_every) for p in full}
+    # 0.990 is in (the spec's >= 0.99); the cpu-full reading 0.744 [0.246, 0.995] is undecided; 0.98 is out
+    for ci, word in [([0.990, 0.999], HOLDS), ([0.246, 0.995], UNDECIDED), ([0.970, 0.989], REFUTED)]:
+        verdict = decide_r1_t1([claim_rows("attn2-z", ci, task_spec="mqar:cpu"), claim_rows("shortconv4", [0, 0.01])])
+        assert verdict.word == word and verdict.lines[0].startswith("R1: attn2-z on mqar:cpu >= 0.99: ")
+    assert decide_r1_t1([claim_rows("attn2-z", [0.995, 1.0], task_spec="mqar:cpu", seeds=2)]).word == UNDECIDED
+    assert CLAIMS["r1-t1-budget"].decide([]).word == UNDECIDED
+
+
 def test_retrieval_dim_rule_at_the_reduced_and_the_full_size():
     from slmlab.bench.claims import (
         CLAIMS,
