@@ -217,6 +217,28 @@ def test_model_cache_crop_follows_transformers_conventions():
         frozen.crop(-1)
 
 
+def test_model_cache_past_recording_follows_both_transformers_contracts():
+    """transformers <= 5.24 calls ``activate_past_recording()``; 5.25 passes ``recurrent_states_to_keep``
+    (the most tokens a draft rolls back) and reads ``get_recurrent_states_to_keep()`` back."""
+    conv = CausalDepthwiseConv1d(4, 3)
+    state = ConvState()
+    cache = ModelCache([state, KVState()])
+    assert not cache.is_recording_past(0) and cache.get_recurrent_states_to_keep() == 0
+    cache.activate_past_recording(recurrent_states_to_keep=5)
+    assert cache.is_recording_past(1) and state.recording
+    assert cache.get_recurrent_states_to_keep() == cache.get_recurrent_states_to_keep(0) == 5
+    cache.activate_past_recording(recurrent_states_to_keep=2)  # a second caller never lowers the number
+    assert cache.get_recurrent_states_to_keep() == 5
+    conv(torch.randn(1, 4, 6), state)
+    cache.advance(6)
+    cache.crop(-4)  # more than recurrent_states_to_keep: a conv state records every input, so it still rolls back
+    assert cache.seen_tokens == state.seen == 2
+    cache.stop_past_recording()
+    assert not cache.is_recording_past() and cache.get_recurrent_states_to_keep() == 0 and not state.recording
+    cache.activate_past_recording()  # the 5.24 call
+    assert state.recording and cache.get_recurrent_states_to_keep() == 0
+
+
 def test_causal_conv_never_sees_the_future():
     conv = CausalDepthwiseConv1d(4, 3)
     x = torch.randn(1, 4, 10)

@@ -47,9 +47,11 @@ class LayerState:
         """Keep the first ``length`` tokens (``length`` < tokens seen)."""
         raise ValueError(f"{type(self).__name__} cannot be cropped: {self.crop_refusal()}")
 
-    def activate_past_recording(self) -> None:
+    def activate_past_recording(self, recurrent_states_to_keep: int | None = None) -> None:
         """Keep what :meth:`crop` needs to roll back later tokens (a no-op for states that need nothing
-        or cannot be rolled back)."""
+        or cannot be rolled back). ``recurrent_states_to_keep`` (transformers >= 5.25 passes how many
+        tokens a draft may roll back) is accepted and not needed: a state that can roll back keeps every
+        input it sees while recording."""
 
     def stop_past_recording(self) -> None:
         """Drop what :meth:`activate_past_recording` kept (a no-op for states that keep nothing)."""
@@ -134,7 +136,7 @@ class ConvState(LayerState):
             self.history = full if self.history is None else torch.cat((self.history, full[..., size:]), dim=-1)
         self.seen += full.shape[-1] - size
 
-    def activate_past_recording(self) -> None:
+    def activate_past_recording(self, recurrent_states_to_keep: int | None = None) -> None:
         self.recording = True
 
     def stop_past_recording(self) -> None:
@@ -181,6 +183,8 @@ class ModelCache:
         self.layers = list(states)
         self.extra = dict(extra or {})
         self.seen_tokens = 0
+        self.recording_past = False
+        self.recurrent_states_to_keep = 0
 
     def __getitem__(self, idx: int) -> LayerState:
         return self.layers[idx]
@@ -232,17 +236,34 @@ class ModelCache:
         """Whether :meth:`crop` can roll back tokens (transformers' assisted decoding checks this)."""
         return self.crop_refusal() is None
 
-    def activate_past_recording(self) -> None:
+    def activate_past_recording(self, recurrent_states_to_keep: int | None = None, **kwargs) -> None:
         """Keep what a later :meth:`crop` needs (conv windows); transformers calls this before
-        assisted decoding."""
+        assisted decoding: without arguments up to 5.24, with ``recurrent_states_to_keep`` (the most
+        tokens one draft rolls back) from 5.25 on. slmlab's states record every input they see while
+        recording, so the number is only kept for :meth:`get_recurrent_states_to_keep`; other keywords a
+        later transformers may pass are ignored, as transformers' own layers do."""
+        self.recording_past = True
+        self.recurrent_states_to_keep = max(self.recurrent_states_to_keep, int(recurrent_states_to_keep or 0))
         for state in self._all_states():
-            state.activate_past_recording()
+            state.activate_past_recording(recurrent_states_to_keep)
 
     def stop_past_recording(self) -> None:
         """Free the recorded inputs (``generate`` calls this when it returns, so a cache kept for the
         next turn stays O(K) per conv layer)."""
+        self.recording_past, self.recurrent_states_to_keep = False, 0
         for state in self._all_states():
             state.stop_past_recording()
+
+    def is_recording_past(self, layer_idx: int | None = None) -> bool:
+        """Whether :meth:`activate_past_recording` is in force (the same for every layer)."""
+        return self.recording_past
+
+    def get_recurrent_states_to_keep(self, layer_idx: int | None = None) -> int:
+        """transformers >= 5.25 asks how many intermediate recurrent states a layer computes per step
+        for a later roll-back; the number given to :meth:`activate_past_recording` while recording,
+        else 0. No slmlab layer reads it: conv states record inputs, and summarising states refuse
+        :meth:`crop` instead (:meth:`crop_refusal`)."""
+        return self.recurrent_states_to_keep if self.recording_past else 0
 
     def state_floats(self) -> int:
         """Numbers the cache holds after the tokens seen so far: the inference memory a model needs
