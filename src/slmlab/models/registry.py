@@ -6,6 +6,7 @@ nothing else in the code base special-cases a family by name.
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import functools
 import inspect
@@ -135,14 +136,39 @@ def check_config_keys(config_class: type[PretrainedConfig], keys: Iterable[str],
     raise ValueError(f"unknown {what} key(s): {'; '.join(hints)}; fix the key (every field is listed in {where})")
 
 
+# True while a config is rebuilt from a saved dict (``from_dict``, hence ``from_pretrained``).
+_LOADING_SAVED = contextvars.ContextVar("slmlab_loading_saved_config", default=False)
+
+
+class KeepsSavedKeys:
+    """Mixin for every family config: a config rebuilt from a saved dict keeps every key it carries.
+
+    A typo is refused where a person types it (the CLI, a YAML file, :meth:`Family.make_config`, the
+    config class called directly in Python: :func:`reject_unknown_keys`). A config that *was saved*,
+    though, may carry attributes its class does not declare: transformers' own tests set epsilon
+    names (``batch_norm_eps``), clients add their own tags, and ``save_pretrained`` writes them all.
+    Refusing those on load would break ``save_pretrained`` -> ``from_pretrained``, so ``from_dict``
+    (which ``from_pretrained`` calls) stores them as attributes, as transformers does for its own
+    configs, and they are saved again with the config."""
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        token = _LOADING_SAVED.set(True)
+        try:
+            return super().from_dict(config_dict, **kwargs)
+        finally:
+            _LOADING_SAVED.reset(token)
+
+
 def reject_unknown_keys(config: PretrainedConfig, kwargs: Mapping[str, object]) -> None:
     """The Python side of :func:`check_config_keys`: every family config calls it with the keywords
     its own signature did not take (from ``__init__``, or ``__post_init__`` for a dataclass-style
     config), before they reach ``PretrainedConfig``, which would store each one as an attribute that
     nothing reads. Raises ``ValueError`` for a key the class does not know, with the CLI's message
     (``unknown lumen config key(s): 'hiden_dim' (did you mean 'hidden_dim'?); ...``); every key
-    transformers passes or writes into ``config.json`` is known (:func:`config_keys`)."""
-    if not kwargs:
+    transformers passes or writes into ``config.json`` is known (:func:`config_keys`). While a saved
+    config is loaded (:class:`KeepsSavedKeys`) nothing is refused: the extra keys are kept."""
+    if not kwargs or _LOADING_SAVED.get():
         return
     cls = type(config)
     try:

@@ -127,7 +127,7 @@ CASES = {
              architectures=["NeoLLMForCausalLM"], auto_map={"AutoConfig": "x.Y"}, num_labels=3, use_cache=False,
              max_length=50, do_sample=True),
         dict(bos_token_id=1, eos_token_id=2, pad_token_id=0, output_hidden_states=True, dtype="bfloat16",
-             architectures=["NeoLLMForCausalLM"], use_cache=False,
+             architectures=["NeoLLMForCausalLM"], auto_map={"AutoConfig": "x.Y"}, use_cache=False,
              id2label={"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"},
              label2id={"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2}),
     ),
@@ -154,7 +154,7 @@ def test_config_json_values_and_round_trips(tmp_path, kwargs, changes):
 def test_keywords_that_are_not_fields_go_to_pretrained_config():
     cfg = NeoLLMConfig(bos_token_id=5, auto_map={"AutoConfig": "x.Y"}, max_length=9, attn_implementation="eager")
     assert (cfg.bos_token_id, cfg.eos_token_id, cfg._attn_implementation) == (5, None, "eager")
-    assert not hasattr(cfg, "auto_map") and not hasattr(cfg, "max_length")
+    assert cfg.auto_map == {"AutoConfig": "x.Y"} and not hasattr(cfg, "max_length")  # auto_map kept, as transformers does
     with pytest.raises(ValueError, match=r"unknown neollm config key\(s\): 'foo'"):  # a key transformers does not know
         NeoLLMConfig(foo="bar")
     assert NeoLLMConfig(rope_scaling={"rope_type": "linear", "factor": 2.0}).rope_scaling["factor"] == 2.0

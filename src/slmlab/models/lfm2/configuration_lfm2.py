@@ -9,7 +9,7 @@ import yaml
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import reject_unknown_keys
+from ..registry import KeepsSavedKeys, reject_unknown_keys
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def effective_intermediate_size(
     return block_multiple_of * ((size + block_multiple_of - 1) // block_multiple_of)
 
 
-class Lfm2SmallConfig(PretrainedConfig):
+class Lfm2SmallConfig(KeepsSavedKeys, PretrainedConfig):
     """LFM2 backbone: gated short causal convolutions interleaved with GQA attention (QK-norm).
 
     Every field of the seed's ``ModelConfig`` is accepted under its own name and default;

@@ -5,10 +5,10 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import reject_unknown_keys
+from ..registry import KeepsSavedKeys, reject_unknown_keys
 
 
-class LumenConfig(PretrainedConfig):
+class LumenConfig(KeepsSavedKeys, PretrainedConfig):
     """A tiny Llama-style decoder: MQA/GQA attention with RoPE, SwiGLU, RMSNorm, tied embeddings.
 
     Every field of the seed's ``LumenConfig`` is accepted under its own name and default; the

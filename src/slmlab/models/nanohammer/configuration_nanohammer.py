@@ -5,19 +5,20 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import reject_unknown_keys
+from ..registry import KeepsSavedKeys, reject_unknown_keys
 
 ROTATION_STYLES = ("rotation", "seed")
 
 
-class NanoHammerConfig(PretrainedConfig):
+class NanoHammerConfig(KeepsSavedKeys, PretrainedConfig):
     """A Llama-style decoder whose hidden tokens also attend to per-position "state tokens" made from a
     rotated cumulative sum of the token embeddings (see :mod:`.modeling_nanohammer`).
 
     Every keyword of the seed's ``NanoHammerConfig`` is accepted under its own name and default. The
     seed's defects are fixed: ``state_hidden_size`` defaults to the integer ``hidden_size // 4`` (the
-    seed stored the float ``hidden_size / 4``); an ``auto_map`` (written by the seed for
-    ``trust_remote_code``) is accepted and dropped.
+    seed stored the float ``hidden_size / 4``); an ``auto_map`` (written by the seed, or by slmlab's
+    remote-code export, for ``trust_remote_code``) is kept as transformers keeps it, so a loaded export
+    saves again with its entry points.
 
     Args:
         vocab_size: 128256.
@@ -83,7 +84,6 @@ class NanoHammerConfig(PretrainedConfig):
         **kwargs,
     ) -> None:
         reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
-        kwargs.pop("auto_map", None)  # the seed's remote-code pointer; our classes are registered locally
         for name, value in (
             ("vocab_size", vocab_size),
             ("hidden_size", hidden_size),

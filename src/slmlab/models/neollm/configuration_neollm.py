@@ -22,7 +22,7 @@ import logging
 
 from transformers import PretrainedConfig
 
-from ..registry import reject_unknown_keys
+from ..registry import KeepsSavedKeys, reject_unknown_keys
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def _seed_signature(cls: type[PretrainedConfig]) -> type[PretrainedConfig]:
 
 
 @_seed_signature
-class NeoLLMConfig(PretrainedConfig):
+class NeoLLMConfig(KeepsSavedKeys, PretrainedConfig):
     """Configuration of NeoLLM: the seed's 83 keywords (82 fields + ``rope_scaling``) and ``use_cache``.
 
     Defaults are the seed's ``__init__`` signature (which wins over its docstring where they
@@ -230,7 +230,6 @@ class NeoLLMConfig(PretrainedConfig):
         own post-init with those keywords, then the RoPE scaling. An unknown keyword (a typo) raises
         ``ValueError`` with "did you mean" (:func:`slmlab.models.registry.reject_unknown_keys`)."""
         reject_unknown_keys(self, kwargs)
-        kwargs.pop("auto_map", None)  # a config.json written by the seed's class carries HF bookkeeping
         rope_scaling = self._take_rope_keywords(kwargs)
         self._resolve_and_check()
         # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)

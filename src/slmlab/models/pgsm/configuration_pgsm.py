@@ -6,7 +6,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from ..registry import reject_unknown_keys
+from ..registry import KeepsSavedKeys, reject_unknown_keys
 
 ROPE_LAYOUTS = ("rotate_half", "seed")
 
@@ -28,7 +28,7 @@ SIZE_PRESETS: dict[str, dict] = {
 }
 
 
-class PGSMConfig(PretrainedConfig):
+class PGSMConfig(KeepsSavedKeys, PretrainedConfig):
     """Parallel Geometric State Model with an optional query-only sparse RoPE retriever.
 
     Every field of the seed's ``PGSMConfig`` is accepted under its own name and default; the
