@@ -51,8 +51,8 @@ CARRIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.
 
 def plain_linear(module: nn.Module) -> bool:
     """Whether ``module`` computes ``x W^T + b`` from its ``weight`` and ``bias`` alone, or can be made
-    to (an ``nn.Linear`` subclass with ``fold_multipliers()``)."""
-    return type(module) is nn.Linear or (isinstance(module, nn.Linear) and callable(getattr(module, "fold_multipliers", None)))
+    to (a multiplied linear layer with ``fold_multipliers()``, e.g. NeoLLM's ``RowMultipliedLinear``)."""
+    return type(module) is nn.Linear or callable(getattr(module, "fold_multipliers", None))
 
 
 def int8_targets(model: nn.Module) -> list[str]:
@@ -67,9 +67,11 @@ def int8_targets(model: nn.Module) -> list[str]:
 
 
 def float_linears(model: nn.Module) -> list[str]:
-    """Names of the ``nn.Linear`` modules (subclasses included) that stay float32 after :func:`quantize_int8`."""
+    """Names of the linear modules (``nn.Linear`` and its subclasses, multiplied linears) that stay float32
+    after :func:`quantize_int8`."""
     swapped = set(int8_targets(model))
-    return [name for name, module in model.named_modules() if isinstance(module, nn.Linear) and name not in swapped]
+    return [name for name, module in model.named_modules()
+            if (isinstance(module, nn.Linear) or plain_linear(module)) and name not in swapped]
 
 
 def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:

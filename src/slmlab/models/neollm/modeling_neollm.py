@@ -32,7 +32,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ...layers import ModelCache
 from ..base import ForwardInputs, SLMBaseModel, SLMForCausalLM, SLMPreTrainedModel, validate_embeds
-from .components import EmbeddingMultipliers, LayerFlow, NeoLLMMLP, Readout, SpellingBee
+from .components import EmbeddingMultipliers, LayerFlow, NeoLLMMLP, Readout, RowMultipliedLinear, SpellingBee
 from .components.attention import AttentionCore, NeoLLMAttention, training_window
 from .components.context import ForwardContext, ResidualState
 from .components.generator import LeviathanGenerator, no_latents
@@ -133,7 +133,7 @@ class NeoLLMPreTrainedModel(SLMPreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        if isinstance(module, (nn.Linear, nn.Embedding, RowMultipliedLinear)):
             init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)

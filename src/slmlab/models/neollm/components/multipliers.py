@@ -30,8 +30,15 @@ def embedding_multipliers_active(config) -> bool:
     )
 
 
-class RowMultipliedLinear(nn.Linear):
+class RowMultipliedLinear(nn.Module):
     """``y = r ⊙ (x Wᵀ) + b`` with a learnable row (output-channel) multiplier ``r`` init 1.
+
+    Holds ``weight`` / ``bias`` as ``nn.Linear`` does (same state-dict keys and init), but is *not* an
+    ``nn.Linear``: an adapter library that adapts every linear layer (peft's LoRA) adds its update
+    outside ``r`` and then merges it inside (``r ⊙ (x (W + ΔW)ᵀ)`` ≠ ``r ⊙ (x Wᵀ) + x ΔWᵀ``), so
+    ``merge_and_unload`` would silently change the model. peft refuses a module it does not know by
+    name ("Target module ... is not supported") and skips it under ``target_modules="all-linear"``;
+    :meth:`fold_multipliers` turns the layer into a plain ``x Wᵀ + b`` for inference or quantization.
 
     Args:
         in_features / out_features: as ``nn.Linear``.
@@ -41,8 +48,15 @@ class RowMultipliedLinear(nn.Linear):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
-        super().__init__(in_features, out_features, bias=bias)
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        reference = nn.Linear(in_features, out_features, bias=bias)  # nn.Linear's default init
+        self.weight = nn.Parameter(reference.weight.detach())
+        self.bias = nn.Parameter(reference.bias.detach()) if bias else None
         self.row_multiplier = nn.Parameter(torch.ones(out_features))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.weight) * self.row_multiplier.to(x.dtype)
