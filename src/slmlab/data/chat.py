@@ -21,6 +21,7 @@ token (scored too, so the model learns to stop); every other token gets the labe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 ROLES = ("system", "developer", "user", "assistant")
@@ -52,6 +53,16 @@ def ensure_chat_template(tokenizer) -> str:
     template = chat_template(tokenizer)
     tokenizer.chat_template = template
     return template
+
+
+_GENERATION_TAG = re.compile(r"\{%-?\s*(?:end)?generation\s*-?%\}")
+
+
+def plain_chat_template(tokenizer) -> str:
+    """:func:`chat_template` without transformers' ``{% generation %}`` markers (which only mark the
+    assistant's tokens for a fine-tune's labels and render nothing): the same text for readers that do
+    not know the tag, such as llama.cpp's template engine (a GGUF file's ``tokenizer.chat_template``)."""
+    return _GENERATION_TAG.sub("", chat_template(tokenizer))
 
 
 def check_messages(messages, where: str = "messages") -> list[dict]:

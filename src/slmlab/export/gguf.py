@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..data.chat import plain_chat_template
+
 if TYPE_CHECKING:
     from ..models.export_info import GGUFLayout
 
@@ -157,6 +159,7 @@ class GGUFVocab:
     bos: int | None
     eos: int | None
     pad: int | None
+    chat_template: str | None = None
 
 
 def gguf_vocab(tokenizer, vocab_size: int, special_ids: dict | None = None) -> GGUFVocab:
@@ -188,7 +191,8 @@ def gguf_vocab(tokenizer, vocab_size: int, special_ids: dict | None = None) -> G
             types.append(gguf.TokenType.NORMAL)
     merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"].get("merges") or []]
     ids = special_ids or {name: getattr(tokenizer, name) for name in ("bos_token_id", "eos_token_id", "pad_token_id")}
-    return GGUFVocab(tokens, [int(t) for t in types], merges, ids["bos_token_id"], ids["eos_token_id"], ids["pad_token_id"])
+    return GGUFVocab(tokens, [int(t) for t in types], merges, ids["bos_token_id"], ids["eos_token_id"], ids["pad_token_id"],
+                     plain_chat_template(tokenizer))
 
 
 def _check_byte_level_bpe(spec: dict) -> None:
@@ -230,6 +234,8 @@ def _add_vocab(writer, vocab: GGUFVocab | None, vocab_size: int) -> None:
             add(token_id)
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
+    if vocab.chat_template:  # llama.cpp's chat / server format conversations with it
+        writer.add_chat_template(vocab.chat_template)
 
 
 def _writer_class():

@@ -11,7 +11,8 @@ Each family declares how it leaves (its ``convert.py``'s ``EXPORT``, looked up t
   flattened beside the weights (:mod:`slmlab.export.remote_code`) and named in ``config.json``'s
   ``auto_map``, loaded with ``trust_remote_code=True``.
 
-Every folder also holds the run's tokenizer (``model_max_length`` = the trained context), a
+Every folder also holds the run's tokenizer (``model_max_length`` = the trained context; its chat
+template, or slmlab's default one, :data:`slmlab.data.chat.DEFAULT_CHAT_TEMPLATE`), a
 ``generation_config.json`` with bos/eos/pad ids, and a model card ``README.md``.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.chat import ensure_chat_template
 from .common import ExportSource, check_output_folder, load_source, output_folder
 
 HF_DTYPES = ("f32", "f16", "bf16")
@@ -123,6 +125,7 @@ def export_hf(source: str | Path, out: str | Path, *, force: bool = False, dtype
         GenerationConfig(**src.special_ids).save_pretrained(str(tmp))
         if src.trained_context is not None:
             src.tokenizer.model_max_length = src.trained_context
+        ensure_chat_template(src.tokenizer)  # clients (trl's SFTTrainer, pipelines) need one; slmlab's default else
         src.tokenizer.save_pretrained(str(tmp))
         from .card import model_card
 

@@ -13,7 +13,7 @@ the only form its loader follows) from the same folder. So the exporter:
    ``layers.py``);
 3. rewrites every slmlab import, relative or absolute, into ``from .<flat name> import ...``;
 4. checks the result: no file imports ``slmlab``, and every relative import names a written file;
-5. sets the ``auto_map`` on the configuration class too (some configs drop one passed to them).
+5. sets the ``auto_map`` on the configuration class too (a config built in code then has it).
 
 A module that imports an slmlab *module object* (``from . import x`` where ``x`` is a module,
 ``import slmlab.x``) cannot be flattened this way and is refused with the module's name.
@@ -164,8 +164,8 @@ def write_remote_code(config, model, folder: Path) -> dict[str, str]:
         "AutoConfig": f"{names[config_cls.__module__]}.{config_cls.__name__}",
         "AutoModelForCausalLM": f"{names[model_cls.__module__]}.{model_cls.__name__}",
     }
-    # Some configs drop an ``auto_map`` passed to them (a seed checkpoint's points at the seed's own
-    # code); transformers reads the attribute to find the model class, so the folder's class holds it.
+    # The class holds it too: a config built in code from the folder's class (not from config.json)
+    # then names its entry points, and save_pretrained writes them (the instance keeps a loaded one).
     config_file = Path(folder) / f"{names[config_cls.__module__]}.py"
     with config_file.open("a", encoding="utf-8") as f:
         f.write(f"\n\n# This folder's remote-code entry points, written by slmlab's exporter.\n"
