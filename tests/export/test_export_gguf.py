@@ -207,6 +207,21 @@ def test_byte_tokenizer(tmp_path):
     assert (f["tokenizer.ggml.bos_token_id"], f["tokenizer.ggml.eos_token_id"]) == (256, 257)
 
 
+def test_chat_template_is_carried_without_generation_markers(tmp_path):
+    """llama.cpp formats conversations with ``tokenizer.chat_template``: the tokenizer's own (here slmlab's
+    default), minus transformers' ``{% generation %}`` markers, rendering the same text."""
+    from slmlab.data.chat import DEFAULT_CHAT_TEMPLATE, render_chat_text
+
+    tok = byte_tokenizer()
+    _, _, f = read(export_gguf(save(tmp_path, build("lfm2"), tok), tmp_path / "m.gguf", dtype="f32", force=False))
+    template = f["tokenizer.chat_template"]
+    assert "{%- generation" not in template and "endgeneration" not in template and template != DEFAULT_CHAT_TEMPLATE
+    messages = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"}]
+    plain = tok.apply_chat_template(messages, chat_template=template, tokenize=False, add_generation_prompt=True)
+    assert plain == render_chat_text(tok, messages) == "System: Be terse.\nUser: 2+2?\nAssistant: 4\nUser: 3+3?\nAssistant:"
+
+
 def test_model_without_tokenizer_is_ids_only(tmp_path):
     model = build("lumen")
     _, _, f = read(export_gguf(save(tmp_path, model, None), tmp_path / "m.gguf", dtype="f32", force=False))
