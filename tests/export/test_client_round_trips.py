@@ -21,6 +21,7 @@ import textwrap
 
 import pytest
 
+from no_slmlab import NO_SLMLAB
 from test_export_hf import CASES, make_run
 
 pytest.importorskip("peft")
@@ -29,16 +30,9 @@ pytest.importorskip("trl")
 FAMILIES = ["lumen", "lfm2", "pgsm", "nanohammer", "neollm"]
 MERGE_ATOL = 1e-5
 
-CHILD = textwrap.dedent('''
-    import json, sys, warnings
+CHILD = NO_SLMLAB + textwrap.dedent('''
+    import warnings
 
-    class NoSlmlab:
-        def find_spec(self, name, path=None, target=None):
-            if name == "slmlab" or name.startswith("slmlab."):
-                raise ImportError(f"{name} is blocked in this process")
-            return None
-
-    sys.meta_path.insert(0, NoSlmlab())
     warnings.filterwarnings("ignore")
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from family_tester import ATOL, left_pad
+from no_slmlab import NO_SLMLAB
 from slmlab import cli
 from slmlab.data.tokenizers import byte_tokenizer
 from slmlab.generation import SamplingConfig, generate
@@ -90,17 +91,7 @@ def make_run(root: Path, family: str, overrides: dict | None = None, choose_eos:
     return root
 
 
-CHILD = textwrap.dedent('''
-    import json, sys
-
-    class NoSlmlab:
-        """Make `import slmlab` impossible: the exported folders must not need it."""
-        def find_spec(self, name, path=None, target=None):
-            if name == "slmlab" or name.startswith("slmlab."):
-                raise ImportError(f"{name} is blocked in this process")
-            return None
-
-    sys.meta_path.insert(0, NoSlmlab())
+CHILD = NO_SLMLAB + textwrap.dedent('''
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
