@@ -137,10 +137,11 @@ def quantization_record(names: list[str], scheme: str = "int8", group: int | Non
 def apply_quantization(model: nn.Module, scheme: str | None, device) -> list[str]:
     """What the ``--quantize`` flag of ``generate`` / ``serve`` / ``eval`` does: nothing for None,
     :func:`quantize_int8` for ``"int8"``, :func:`quantize_int4` for ``"int4"`` (a no-op on a model loaded
-    from a quantized folder).
+    from a folder quantized with the same scheme).
 
     Raises:
-        ValueError: an unknown scheme, or a device other than the CPU (the kernel is torch's CPU one).
+        ValueError: an unknown scheme, a device other than the CPU (the kernel is torch's CPU one), or a
+            model already quantized with the other scheme (it would silently stay in that one).
     """
     if scheme is None:
         return []
@@ -149,7 +150,20 @@ def apply_quantization(model: nn.Module, scheme: str | None, device) -> list[str
     if torch.device(device).type != "cpu":
         raise ValueError(f"--quantize {scheme} runs on the CPU (torch's {scheme} weight kernel), not on {device};"
                          " pass --device cpu")
+    held = scheme_of(model)
+    if held is not None and held != scheme:
+        raise ValueError(f"--quantize {scheme}: the model is already {held} (a folder written by slmlab quantize) and"
+                         f" cannot be requantized; drop --quantize, or pass the float run it came from with --quantize"
+                         f" {scheme}")
     return quantize(model, scheme)
+
+
+def scheme_of(model: nn.Module) -> str | None:
+    """``"int8"`` or ``"int4"`` for a quantized model (by its modules), None for a float one."""
+    kinds = {type(module) for module in model.modules() if isinstance(module, QUANTIZED)}
+    if not kinds:
+        return None
+    return "int4" if Int4Linear in kinds else "int8"
 
 
 def quantization_of(folder: str | Path) -> dict | None:

@@ -28,7 +28,7 @@ from .checkpoint import check_checkpoint, load_trainer_files, resolve_checkpoint
 from .config import RunConfig
 from .distributed import barrier
 from .lora import LoraSpec, is_adapter_folder, load_adapter_weights, save_adapter, trainable_share
-from .saved import read_json_object, saved_run_config, trained_context
+from .saved import check_trainable, read_json_object, saved_run_config, trained_context
 from .trainer import Trainer
 
 FINETUNE_FILE = "finetune.json"
@@ -84,11 +84,14 @@ class LoraTrainer(Trainer):
 
 
 def base_checkpoint(model: str) -> Path:
-    """The checkpoint folder a fine-tune starts from (``RUN``: a run folder's newest checkpoint)."""
+    """The checkpoint folder a fine-tune starts from (``RUN``: a run folder's newest checkpoint); a
+    quantized folder is refused (:func:`slmlab.train.saved.check_trainable`)."""
     if not Path(model).is_dir():
         raise FileNotFoundError(f"no saved model at {model}; slmlab finetune starts from a run or checkpoint folder"
                                 " (train one with slmlab train)")
-    return resolve_checkpoint(model).resolve()
+    ckpt = resolve_checkpoint(model).resolve()
+    check_trainable(ckpt)
+    return ckpt
 
 
 def finetune_record(base: Path, lora: LoraSpec | None) -> dict:

@@ -17,7 +17,7 @@ from .checkpoint import list_checkpoints, resolve_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, barrier, init_distributed
 from .environment import resolve_device
-from .saved import load_saved_model, saved_run_config
+from .saved import check_trainable, load_saved_model, saved_run_config
 from .trainer import TIME_CAP_ADVICE, Trainer, stopped_by_time_cap
 
 
@@ -224,6 +224,7 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
         changes = resharded + compare_for_resume(saved, cfg.to_dict(), tuple(allow_change), saved_identity, identity)
     elif Path(cfg.model).is_dir():  # fine-tuning a saved model: its tokenizer comes with it
         origin = resolve_checkpoint(cfg.model)
+        check_trainable(origin)  # a quantized folder: refused before any data is read
         check_tokenizer_request(cfg, origin, given)
     tokenizer = build_tokenizer(cfg, dist_info, origin)
     source = open_source(cfg, tokenizer, corpus)
