@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 from .checkpoint import check_checkpoint, load_trainer_files, resolve_checkpoint
 from .config import RunConfig
 from .distributed import barrier
@@ -180,6 +182,7 @@ def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume:
     if lora is None:
         trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
     else:
+        torch.manual_seed(cfg.seed)  # the adapters' initial A (and LoRA dropout after it) come from the seed
         trainer = LoraTrainer(cfg, add_lora(model, lora, base), source, tokenizer, run_dir, dist_info, device)
     trainer.checkpoint_json[FINETUNE_FILE] = record
     if identity is not None:

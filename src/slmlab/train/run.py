@@ -117,9 +117,12 @@ def needed_vocab(source, tokenizer) -> int:
 
 
 def build_model(cfg: RunConfig, vocab_size: int, seq_len: int):
-    """A fresh model from ``cfg.model`` (family / preset) or a saved model folder to fine-tune."""
+    """A fresh model from ``cfg.model`` (family / preset) or a saved model folder to fine-tune. The
+    global generator is seeded with ``cfg.seed`` first, either way: every later draw (initial weights,
+    dropout) comes from the seed."""
     from ..models.registry import resolve_model_spec
 
+    torch.manual_seed(cfg.seed)
     if Path(cfg.model).is_dir():
         if cfg.model_config:
             raise ValueError(
@@ -142,7 +145,6 @@ def build_model(cfg: RunConfig, vocab_size: int, seq_len: int):
             f"the data yields sequences of {seq_len} tokens but the model accepts {max_pos}"
             " (max_position_embeddings); lower block_size or raise the model's context in model_config"
         )
-    torch.manual_seed(cfg.seed)
     return fam.model_class(config)
 
 
