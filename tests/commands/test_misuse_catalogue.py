@@ -52,7 +52,26 @@ CASES = [
     Case("generate int8 --quantize int4", "generate {q8} --quantize int4 --prompt-ids 5",
          ("--quantize int4", "already int8")),
     Case("eval int4 --quantize int8", "eval {q4} --quantize int8 --data {corpus}", ("--quantize int8", "already int4")),
+    # 3. an output folder that holds something: refused, never written into
+    Case("merge --out a non-empty folder", "finetune {lora} --merge --out {tmp}/victim",
+         ("--out", "victim exists and is not an empty folder", "choose a new folder"), lambda w, t: victim(t)),
+    Case("merge --out a run folder", "finetune {lora} --merge --out {run}", ("exists and is not an empty folder",)),
+    Case("merge --out a file", "finetune {lora} --merge --out {chat}", ("is a file", "choose a new folder")),
+    Case("merge a quantized folder", "finetune {q8} --merge --out {tmp}/m", QUANTIZED),
+    Case("quantize into a non-empty folder", "quantize {run} {tmp}/victim", ("OUT", "exists and is not an empty folder"),
+         lambda w, t: victim(t)),
+    Case("quantize into a run folder", "quantize {run} {lora}", ("exists and is not an empty folder",)),
+    Case("quantize into a file", "quantize {run} {chat}", ("is a file",)),
 ]
+
+
+def victim(tmp: Path) -> Path:
+    """A folder holding someone's model files, which a command must not touch."""
+    folder = tmp / "victim"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"precious weights")
+    (folder / "config.json").write_text('{"precious": true}')
+    return folder
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +115,10 @@ def refused(capsys, argv: list[str], needles) -> str:
 def test_each_misuse_is_a_one_line_refusal(case, world, tmp_path, capsys):
     if case.prepare is not None:
         case.prepare(world, tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     refused(capsys, command_line(case, world, tmp_path), case.needles)
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_relative_to(tmp_path / "o")}
+    assert after == before, "a refused command changed files it was pointed at"
 
 
 def test_a_refused_training_run_leaves_no_model_behind(world, tmp_path, capsys):
@@ -120,3 +142,62 @@ def test_a_full_finetune_of_a_lora_run_trains_every_parameter(world, tmp_path, c
     after = load_for_inference(out, "cpu").model.state_dict()
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert any("mlp" in k for k in changed) and any("q_proj" in k for k in changed), changed
+
+
+# -- 3. the output-folder promise: whole or nothing, an unchanged source, its own earlier output replaced --
+def test_a_failed_write_leaves_no_partial_out_and_no_temporary(world, tmp_path, monkeypatch, capsys):
+    import safetensors.torch
+
+    def disk_full(*a, **k):
+        raise OSError(28, "No space left on device", str(tmp_path / "q"))
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
+    monkeypatch.setattr("transformers.modeling_utils.safe_save_file", disk_full)
+    refused(capsys, ["quantize", str(world["run"]), str(tmp_path / "q")], ("no space left",))
+    refused(capsys, ["finetune", str(world["lora"]), "--merge", "--out", str(tmp_path / "m")], ("no space left",))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["quantize", "merge"])
+def test_a_source_that_changes_while_read_is_refused(world, tmp_path, monkeypatch, capsys, command):
+    """A live run rotating checkpoints removed files mid-copy; `quantize` wrote a folder without them."""
+    import shutil
+
+    from slmlab.train import saved
+
+    source = tmp_path / "src"
+    shutil.copytree(world["run"] if command == "quantize" else world["lora"], source)
+    load = saved.load_for_inference
+
+    def load_then_rotate(*a, **k):
+        loaded = load(*a, **k)
+        (loaded.checkpoint / "tokenizer.json").unlink()  # the run deleted the checkpoint meanwhile
+        return loaded
+
+    monkeypatch.setattr(saved, "load_for_inference", load_then_rotate)
+    argv = (["quantize", str(source), str(tmp_path / "out")] if command == "quantize"
+            else ["finetune", str(source), "--merge", "--out", str(tmp_path / "out")])
+    refused(capsys, argv, ("changed while it was read", "tokenizer.json", "no run is writing"))
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_merge_replaces_only_its_own_earlier_merge_and_publishes_plain_modes(world, tmp_path):
+    import os
+    import stat
+
+    from slmlab.train.finetune import write_merged
+
+    out = tmp_path / "merged"
+    write_merged(world["lora"], out, replace_own=True)
+    first = (out / "model.safetensors").stat().st_ino
+    write_merged(world["lora"], out, replace_own=True)  # a fine-tune's own OUT/merged: replaced whole
+    assert (out / "model.safetensors").stat().st_ino != first
+    with pytest.raises(ValueError, match="exists and is not an empty folder"):
+        write_merged(world["lora"], out)  # a standalone --merge --out never replaces
+    other = victim(tmp_path)
+    with pytest.raises(ValueError, match="exists and is not an empty folder"):
+        write_merged(world["lora"], other, replace_own=True)  # someone else's folder is not the run's own
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~mask
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o666 & ~mask}

@@ -232,22 +232,44 @@ def add_to_report(run_dir: Path, summary: dict) -> None:
         stream.write("\n".join(lines) + "\n")
 
 
-def write_merged(source: str | Path, out: str | Path) -> Path:
-    """A plain checkpoint at ``out`` from a fine-tune (an adapter folder is merged into its base):
-    ``config.json``, ``model.safetensors``, generation config and the tokenizer with its chat template."""
-    from .checkpoint import quiet_hf_progress
-    from .saved import load_for_inference
+def is_merged_output(folder: Path) -> bool:
+    """Whether ``folder`` is what :func:`write_merged` writes (its ``finetune.json`` names ``merged_from``):
+    a fine-tune's own ``OUT/merged``, which the next ``--merge`` of that run replaces."""
+    return "merged_from" in read_json_object(Path(folder) / FINETUNE_FILE)
 
-    loaded = load_for_inference(source, "cpu")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with quiet_hf_progress():
-        loaded.model.save_pretrained(str(out))
-    if loaded.tokenizer is not None:
-        loaded.tokenizer.save_pretrained(str(out))
-    record = read_json_object(loaded.checkpoint / FINETUNE_FILE)
-    (out / FINETUNE_FILE).write_text(json.dumps({**record, "merged_from": str(loaded.checkpoint.resolve())}, indent=1) + "\n")
-    return out
+
+def write_merged(source: str | Path, out: str | Path, replace_own: bool = False) -> Path:
+    """A plain checkpoint at ``out`` from a fine-tune (an adapter folder is merged into its base):
+    ``config.json``, ``model.safetensors``, generation config and the tokenizer with its chat template.
+
+    ``out`` keeps the promise of :mod:`slmlab.outputs`: refused when it is not empty (with
+    ``replace_own``, unless it is an earlier merge, :func:`is_merged_output`: a fine-tune's own
+    ``OUT/merged``), written through a temporary sibling; a source that changes while it is read is
+    refused.
+
+    Raises:
+        ValueError: the above, or a quantized source (nothing to merge; its weights are not float).
+    """
+    from ..outputs import check_output_folder, check_unchanged, snapshot, staged_folder
+    from .checkpoint import quiet_hf_progress
+    from .saved import load_for_inference, open_checkpoint
+
+    own = is_merged_output if replace_own else None
+    check_output_folder(out, "--out", own)  # refused before any weight is read
+    saved = open_checkpoint(source)
+    check_trainable(saved.checkpoint)  # a quantized folder has no float weights to write
+    before = snapshot(saved.checkpoint)
+    loaded = load_for_inference(saved, "cpu")
+    with staged_folder(out, "--out", own) as tmp:
+        with quiet_hf_progress():
+            loaded.model.save_pretrained(str(tmp))
+        if loaded.tokenizer is not None:
+            loaded.tokenizer.save_pretrained(str(tmp))
+        record = read_json_object(loaded.checkpoint / FINETUNE_FILE)
+        (tmp / FINETUNE_FILE).write_text(json.dumps({**record, "merged_from": str(loaded.checkpoint.resolve())},
+                                                    indent=1) + "\n")
+        check_unchanged(saved.checkpoint, before)
+    return Path(out)
 
 
 def evaluate_chat(path: str | Path, data: str, block_size: int | None = None, device: str = "auto",
