@@ -9,6 +9,7 @@ The command lines are templates: ``{run}`` a tiny trained run (lumen-tiny, BPE o
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,3 +202,26 @@ def test_merge_replaces_only_its_own_earlier_merge_and_publishes_plain_modes(wor
     os.umask(mask)
     assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~mask
     assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o666 & ~mask}
+
+
+# -- 4. --resume of a finished run adds nothing ---------------------------------------------------------------
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_resuming_a_finished_run_appends_no_second_final_eval(world, tmp_path, capsys, command):
+    out = tmp_path / "run"
+    if command == "train":
+        argv = ["train", "--model", "lumen:lumen-tiny", *shlex.split(TRAIN.format(corpus=world["corpus"], tmp=tmp_path)),
+                "--out", str(out), "vocab_size=300", "eval_batches=1", f"data_cache={tmp_path / 'cache'}"]
+    else:
+        argv = ["finetune", str(world["run"]), "--data", str(world["chat"]), "--out", str(out), "--steps", "1",
+                *QUIET.split()]
+    assert cli.main(argv) == 0
+    records = (out / "metrics.jsonl").read_text()
+    ckpt = sorted((out / "checkpoints").iterdir())[-1]
+    stamp = (ckpt / "trainer" / "state.json").stat().st_mtime_ns
+    assert cli.main([*argv, "--resume"]) == 0
+    assert "resuming from step 1" in capsys.readouterr().out
+    assert (out / "metrics.jsonl").read_text() == records  # no second final eval record
+    assert (ckpt / "trainer" / "state.json").stat().st_mtime_ns == stamp  # its checkpoint is not written again
+    assert cli.main([*argv[: argv.index("--steps") + 1], "2", *argv[argv.index("--steps") + 2:], "--resume"]) == 0
+    evals = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"kind": "eval"' in line]
+    assert [json.loads(line)["step"] for line in evals] == [1, 2]  # a longer resume still evaluates at its end
