@@ -11,11 +11,16 @@
 
 Files and folders it publishes get the modes the user's umask gives ordinary files (0644 / 0755 under
 the usual 022), not the 0600 / 0700 of the temporaries they were written as (:func:`publish_modes`).
-Standard library only: every layer may use it.
+Every report and JSON file a command writes goes through :func:`dumps_finite`: a number that is not
+finite is written ``null``, never the bare ``NaN`` that strict JSON parsers refuse. Standard library
+only: every layer may use it.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import numbers
 import os
 import shutil
 import tempfile
@@ -132,3 +137,22 @@ def check_unchanged(folder: str | Path, before: dict[str, tuple[int, int]]) -> N
     raise ValueError(f"{folder} changed while it was read ({', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}):"
                      " a live run may be writing or rotating it; point at a checkpoint that no run is writing, or wait"
                      " for the run to finish, then rerun")
+
+
+def finite(value):
+    """``value`` with every non-finite number (NaN, +-inf; numpy's too) replaced by None, through dicts,
+    lists and tuples: what a report or a JSON file holds is valid JSON (``null``), never a bare ``NaN``."""
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    return value
+
+
+def dumps_finite(value, **kwargs) -> str:
+    """``json.dumps`` of :func:`finite` ``(value)``, strict (``allow_nan=False``): the one way every report
+    and JSON file slmlab writes is serialised."""
+    return json.dumps(finite(value), allow_nan=False, **kwargs)

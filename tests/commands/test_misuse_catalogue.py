@@ -225,3 +225,50 @@ def test_resuming_a_finished_run_appends_no_second_final_eval(world, tmp_path, c
     assert cli.main([*argv[: argv.index("--steps") + 1], "2", *argv[argv.index("--steps") + 2:], "--resume"]) == 0
     evals = [line for line in (out / "metrics.jsonl").read_text().splitlines() if '"kind": "eval"' in line]
     assert [json.loads(line)["step"] for line in evals] == [1, 2]  # a longer resume still evaluates at its end
+
+
+# -- 5. every report and JSON file is finite, valid JSON ------------------------------------------------------
+def strict_json(text: str):
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_json_the_commands_wrote_parses_strictly(world, tmp_path, capsys):
+    import math
+
+    from slmlab.train.metrics import MetricsLogger
+
+    capsys.readouterr()
+    assert cli.main(["eval", str(world["run"]), "--data", str(world["corpus"]), "--json", "--no-progress"]) == 0
+    strict_json(capsys.readouterr().out)
+    logger = MetricsLogger(tmp_path / "run", False, True)  # a diverged step: what it logs is still JSON
+    logger.log("eval", 1, {"loss": math.nan, "ppl": math.inf, "acc": 0.5})
+    logger.close()
+    files = [p for root in (world["run"].parent, tmp_path) for p in root.rglob("*") if p.suffix in (".json", ".jsonl")]
+    assert len(files) > 20
+    for path in files:
+        for line in (path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]):
+            strict_json(line)
+    assert '"ppl": null' in (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
+def test_the_transactions_report_says_no_detections_not_nan(tmp_path):
+    """A pattern with no detected case printed 'passed nan / nan' and metrics.json held a bare NaN."""
+    pytest.importorskip("sklearn")
+    import math
+
+    from slmlab.transactions.evaluation.evaluate import write_report
+
+    nan = math.nan
+    model = {"pr_auc": nan, "roc_auc": 0.5, "recall_at_fpr_1pct": 0.0, "recall_at_fpr_0.1pct": 0.0,
+             "card_precision_at_100": nan, "val_threshold_1pct": 0.5, "threshold_source": "validation",
+             "val_threshold_fpr": 0.01, "per_pattern_recall": {"card_testing": 0.0}, "amount_weighted_recall": nan,
+             "detection_delay": {"card_testing": {"cases": 2, "detected": 0.0, "passed_median": nan, "passed_mean": nan,
+                                                  "passed_mean_all": 3.0}}}
+    write_report({"n_test": 10, "n_test_fraud": 2, "bootstrap": {}, "models": {"sequence": model}}, {}, None, tmp_path)
+    metrics = strict_json((tmp_path / "metrics.json").read_text())
+    assert metrics["models"]["sequence"]["pr_auc"] is None
+    report = (tmp_path / "report.md").read_text()
+    assert "card_testing 0/2 detected, passed n/a (no detections); all 3.00" in report and "nan / nan" not in report

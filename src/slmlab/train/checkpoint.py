@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..outputs import dumps_finite
+
 STEP_DIR = re.compile(r"^step_(\d+)$")
 REQUIRED_FILES = (
     "config.json",
@@ -150,7 +152,7 @@ def write_rng_and_state(folder: Path, trainer_state: dict) -> None:
     """``rng.safetensors`` (this process's generators) and ``state.json`` (step, data position, ...)."""
     folder.mkdir(parents=True, exist_ok=True)
     save_file(rng_state(), str(folder / "rng.safetensors"))
-    (folder / "state.json").write_text(json.dumps(trainer_state, indent=2))
+    (folder / "state.json").write_text(dumps_finite(trainer_state, indent=2))
 
 
 def write_run_files(folder: Path, tokenizer, run_config: dict, extra_json: dict[str, dict] | None = None) -> None:
@@ -162,7 +164,7 @@ def write_run_files(folder: Path, tokenizer, run_config: dict, extra_json: dict[
         tokenizer.save_pretrained(str(folder))
     (folder / "run.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
     for name, payload in (extra_json or {}).items():
-        (folder / name).write_text(json.dumps(payload, indent=1) + "\n")
+        (folder / name).write_text(dumps_finite(payload, indent=1) + "\n")
 
 
 class NonFiniteWeights(CheckpointError):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..outputs import dumps_finite
 from .checkpoint import check_checkpoint, load_trainer_files, resolve_checkpoint
 from .config import RunConfig
 from .distributed import barrier
@@ -219,7 +220,7 @@ def add_to_report(run_dir: Path, summary: dict) -> None:
     report_json = run_dir / "report.json"
     report = json.loads(report_json.read_text())
     report["finetune"] = summary
-    report_json.write_text(json.dumps(report, indent=2))
+    report_json.write_text(dumps_finite(report, indent=2))
     lines = ["", "## Fine-tune", "",
              f"- method: {summary['method']}" + (f" ({', '.join(f'{k}={v}' for k, v in summary['lora'].items())})"
                                                  if summary["lora"] else ""),

@@ -7,12 +7,12 @@ registry (``resolve_model_spec``, ``Family.make_config``) and data only through 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
 
+from ..outputs import dumps_finite
 from .checkpoint import list_checkpoints, resolve_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, barrier, init_distributed
@@ -435,7 +435,7 @@ def write_report(trainer: Trainer) -> dict:
     if trainer.dist.is_main:
         trainer.run_dir.mkdir(parents=True, exist_ok=True)
         report["plot"] = write_loss_plot(trainer, final)
-        (trainer.run_dir / "report.json").write_text(json.dumps(report, indent=2))
+        (trainer.run_dir / "report.json").write_text(dumps_finite(report, indent=2))
         (trainer.run_dir / "report.md").write_text(format_report(report))
     return report
 

@@ -11,12 +11,12 @@ split that uses it (train: the end of train; validation: the start of test).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ...outputs import dumps_finite
 from .._deps import pd
 from .schema import FittedSchema, SchemaConfig, haversine_km, home_locations
 from .synth import PATTERNS, SynthConfig, SynthData
@@ -210,7 +210,7 @@ def export(data: SynthData, out: str | Path, fmt: str = "parquet", labels_separa
         "fraud_rate_by_pattern": {p: float((tx["fraud_type"] == p).mean()) for p in PATTERNS},
         "sha256": {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in files.items()},
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    (out / "manifest.json").write_text(dumps_finite(manifest, indent=1))
     return manifest
 
 
