@@ -37,6 +37,7 @@ class Case:
     prepare: object = None
 
 
+TXN = ("this is a transactions checkpoint", "slmlab transactions")
 QUANTIZED = ("quantized copy", "cannot be trained", "float run it was quantized from")
 CASES = [
     # 1. training from a quantized folder trained a random model and exited 0
@@ -63,7 +64,74 @@ CASES = [
          lambda w, t: victim(t)),
     Case("quantize into a run folder", "quantize {run} {lora}", ("exists and is not an empty folder",)),
     Case("quantize into a file", "quantize {run} {chat}", ("is a file",)),
+    # 6. messages: each names the value and what to do
+    Case("generate: undecodable --prompt", "generate {run} --prompt \udcffab",
+         ("--prompt is not valid UTF-8", "byte 0xff at character 0", "pass UTF-8 text")),
+    Case("chat: undecodable --system", "chat {run} --system \udcfe", ("--system is not valid UTF-8", "byte 0xfe")),
+    Case("generate --prompt-ids 5,x", "generate {run} --prompt-ids 5,x",
+         ("--prompt-ids: 'x' is not a token id", "--prompt-ids 5,6,7")),
+    Case("train optim.betas=0.9", f"train --model lumen:lumen-tiny {TRAIN} optim.betas=0.9",
+         ("optim.betas must be two numbers", "got 0.9", "optim.betas=[0.9,0.95]")),
+    Case("finetune optim.betas=[0.9,x]", f"finetune {{run}} {FINETUNE} optim.betas=[0.9,x]",
+         ("optim.betas must be two numbers", "'x'")),
+    Case("finetune: a data file with a bad byte", f"finetune {{run}} {FINETUNE.replace('{chat}', '{tmp}/bad.jsonl')}",
+         ("bad.jsonl:2: not valid UTF-8", "byte 0xff", "save the file as UTF-8"), lambda w, t: bad_bytes(t)),
+    Case("finetune --eval-only: a data file with a bad byte", "finetune {run} --data {tmp}/bad.jsonl --eval-only",
+         ("bad.jsonl:2: not valid UTF-8",), lambda w, t: bad_bytes(t)),
+    Case("train --resume: a list-shaped state.json", f"train --model lumen:lumen-tiny {TRAIN} --resume-from {{tmp}}/r",
+         ("state.json is damaged", "JSON list, not an object", "earlier checkpoint"), lambda w, t: list_state(w, t)),
+    Case("finetune: a chat template the sandbox blocks", f"finetune {{tmp}}/j {FINETUNE}",
+         ("chat template cannot be rendered", "SecurityError", "tokenizer_config.json"), lambda w, t: blocked_template(w, t)),
+    Case("finetune --eval-only: a chat template the sandbox blocks", "finetune {tmp}/j --data {chat} --eval-only",
+         ("chat template cannot be rendered",), lambda w, t: blocked_template(w, t)),
+    Case("transactions pretrain: an empty table", "transactions pretrain --data {tmp}/bank --out {tmp}/o max_steps=1",
+         ("transactions.csv holds no transactions (0 rows)", "slmlab transactions generate"),
+         lambda w, t: (t / "bank").mkdir() or (t / "bank" / "transactions.csv").write_text("")),
+    Case("finetune a transactions run", f"finetune {{tmp}}/txn {FINETUNE}", TXN, lambda w, t: txn_run(w, t)),
+    Case("finetune --lora a transactions run", f"finetune {{tmp}}/txn --lora r=2 {FINETUNE}", TXN, lambda w, t: txn_run(w, t)),
+    Case("finetune --merge a transactions run", "finetune {tmp}/txn --merge --out {tmp}/m", TXN, lambda w, t: txn_run(w, t)),
+    Case("train --model a transactions run", f"train --model {{tmp}}/txn {TRAIN}", TXN, lambda w, t: txn_run(w, t)),
+    Case("quantize a transactions run", "quantize {tmp}/txn {tmp}/q", TXN, lambda w, t: txn_run(w, t)),
+    Case("compare --seeds -1", "compare --models lumen --tasks mqar:cpu --seeds -1 --out {tmp}/c",
+         ("--seeds must be a whole number in [0, 2**32), got -1", "--seeds 0")),
+    Case("train seed=-1", f"train --model lumen:lumen-tiny {TRAIN} seed=-1", ("seed must be a whole number", "seed=0")),
+    Case("chat --max-new-tokens 0", "chat {run} --max-new-tokens 0", ("--max-new-tokens must be > 0",)),
 ]
+
+
+def bad_bytes(tmp: Path) -> None:
+    (tmp / "bad.jsonl").write_bytes(b'{"prompt": "a", "completion": "b"}\n{"prompt": "\xff", "completion": "b"}\n')
+
+
+def list_state(world: dict, tmp: Path) -> None:
+    import shutil
+
+    shutil.copytree(world["run"], tmp / "r")
+    for state in (tmp / "r" / "checkpoints").glob("*/trainer/state.json"):
+        state.write_text("[1, 2]")
+
+
+def blocked_template(world: dict, tmp: Path) -> None:
+    import shutil
+
+    from slmlab.train.checkpoint import resolve_checkpoint
+
+    shutil.copytree(resolve_checkpoint(world["run"]), tmp / "j")
+    config = json.loads((tmp / "j" / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ ''.__class__.__mro__ }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    (tmp / "j" / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def txn_run(world: dict, tmp: Path) -> None:
+    """A folder shaped like a `slmlab transactions pretrain` checkpoint (its config names the encoder)."""
+    import shutil
+
+    from slmlab.train.checkpoint import resolve_checkpoint
+
+    shutil.copytree(resolve_checkpoint(world["run"]), tmp / "txn")
+    config = json.loads((tmp / "txn" / "config.json").read_text())
+    (tmp / "txn" / "config.json").write_text(json.dumps({**config, "model_type": "slmlab_txn_encoder"}))
+    (tmp / "txn" / "tokenizer.json").unlink()
 
 
 def victim(tmp: Path) -> Path:
@@ -272,3 +340,55 @@ def test_the_transactions_report_says_no_detections_not_nan(tmp_path):
     assert metrics["models"]["sequence"]["pr_auc"] is None
     report = (tmp_path / "report.md").read_text()
     assert "card_testing 0/2 detected, passed n/a (no detections); all 3.00" in report and "nan / nan" not in report
+
+
+# -- 6. messages and flags that give the correct result --------------------------------------------------------
+def test_generate_and_chat_share_their_length_flag(world, capsys):
+    for flag in ("--max-new-tokens", "--max-tokens"):
+        capsys.readouterr()
+        assert cli.main(["generate", str(world["run"]), "--prompt-ids", "5,6", flag, "3", "--temperature", "0"]) == 0
+        assert len(capsys.readouterr().out.split()) == 3
+    for flag in ("--max-new-tokens", "--max-tokens"):
+        refused(capsys, ["chat", str(world["run"]), flag, "100000"], ("--max-new-tokens 100000 leaves no room",))
+
+
+def test_chat_survives_undecodable_input_and_keeps_its_history(world, monkeypatch, capsys):
+    """Undecodable input ended the whole session (history lost) with a tokenizers TypeError."""
+    from slmlab.commands import chat
+
+    lines = iter(["What is 2 + 2?", "\udcff\udcfe", UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+                  "/system \udcff", "/quit"])
+    sessions = []
+    real = chat.ChatSession
+
+    def keep(*a, **k):
+        sessions.append(real(*a, **k))
+        return sessions[-1]
+
+    def next_line(prompt=""):
+        line = next(lines)
+        if isinstance(line, Exception):
+            raise line
+        return line
+
+    monkeypatch.setattr(chat, "ChatSession", keep)
+    monkeypatch.setattr("builtins.input", next_line)
+    assert cli.main(["chat", str(world["run"]), "--max-new-tokens", "4", "--temperature", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(not sent: ") == 2 and "the message is not valid UTF-8 (byte 0xff" in out
+    assert "(not set: the system line is not valid UTF-8" in out
+    assert [t["role"] for t in sessions[0].turns] == ["user", "assistant"] and sessions[0].system is None
+
+
+def test_running_out_of_memory_is_an_error_that_says_what_to_do(world, tmp_path, monkeypatch, capsys):
+    """A 1e8-token vocabulary ended in 'internal error' (exit 70) when the allocation failed."""
+    from slmlab.train import run
+
+    def too_big(*a, **k):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you tried"
+                           " to allocate 25600000000 bytes.")
+
+    monkeypatch.setattr(run, "build_model", too_big)
+    argv = ["train", "--model", "lumen:lumen-tiny", *shlex.split(TRAIN.format(corpus=world["corpus"], tmp=tmp_path)),
+            "vocab_size=300"]
+    refused(capsys, argv, ("out of memory", "not enough memory", "vocab_size"))

@@ -381,14 +381,19 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path} is corrupt or not a safetensors file: {err}") from err
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> dict:
+    """The JSON object in a checkpoint's ``path``: every JSON file a checkpoint holds is an object."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(
             f"{path} is corrupt (invalid JSON: {err}); the file was damaged or half-written: resume from an earlier"
             " checkpoint or save it again"
         ) from err
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is damaged: it holds a JSON {type(data).__name__}, not an object; resume from an"
+                              " earlier checkpoint or save it again")
+    return data
 
 
 def model_state_from_checkpoint(ckpt: Path) -> dict[str, torch.Tensor]:

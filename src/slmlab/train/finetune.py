@@ -31,7 +31,7 @@ from .checkpoint import check_checkpoint, load_trainer_files, resolve_checkpoint
 from .config import RunConfig
 from .distributed import barrier
 from .lora import LoraSpec, is_adapter_folder, load_adapter_weights, save_adapter, trainable_share
-from .saved import check_trainable, read_json_object, saved_run_config, trained_context
+from .saved import check_trainable, open_checkpoint, read_json_object, saved_run_config, trained_context
 from .trainer import Trainer
 
 FINETUNE_FILE = "finetune.json"
@@ -88,11 +88,12 @@ class LoraTrainer(Trainer):
 
 def base_checkpoint(model: str) -> Path:
     """The checkpoint folder a fine-tune starts from (``RUN``: a run folder's newest checkpoint); a
-    quantized folder is refused (:func:`slmlab.train.saved.check_trainable`)."""
+    folder that is not an slmlab language model (a transactions run, foreign code) or a quantized one is
+    refused (:func:`slmlab.train.saved.open_checkpoint`, :func:`slmlab.train.saved.check_trainable`)."""
     if not Path(model).is_dir():
         raise FileNotFoundError(f"no saved model at {model}; slmlab finetune starts from a run or checkpoint folder"
                                 " (train one with slmlab train)")
-    ckpt = resolve_checkpoint(model).resolve()
+    ckpt = open_checkpoint(model).checkpoint.resolve()  # checked as every reader checks it (an slmlab family)
     check_trainable(ckpt)
     return ckpt
 

@@ -222,8 +222,14 @@ def load_bank(folder: str | Path) -> SynthData:
         for ext in ("parquet", "csv"):
             p = folder / f"{name}.{ext}"
             if p.is_file():
-                df = pd.read_parquet(p) if ext == "parquet" else pd.read_csv(p, keep_default_na=True, dtype={
-                    "transaction_id": str, "customer_id": str, "merchant_id": str, "device_id": str, "card_id": str})
+                try:
+                    df = pd.read_parquet(p) if ext == "parquet" else pd.read_csv(p, keep_default_na=True, dtype={
+                        "transaction_id": str, "customer_id": str, "merchant_id": str, "device_id": str, "card_id": str})
+                except pd.errors.EmptyDataError:
+                    df = pd.DataFrame()
+                if required and df.empty:
+                    raise ValueError(f"{p} holds no {name} (0 rows); point --data at a bank with data (write one with"
+                                     " `slmlab transactions generate --out DIR`)")
                 for col, dt in (("tz_offset_min", np.int16), ("is_fraud", np.int8)):
                     if col in df:
                         df[col] = df[col].astype(dt)
