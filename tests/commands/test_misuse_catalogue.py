@@ -191,10 +191,10 @@ def test_each_misuse_is_a_one_line_refusal(case, world, tmp_path, capsys):
 
 
 def test_a_refused_training_run_leaves_no_model_behind(world, tmp_path, capsys):
-    """The quantized-folder refusal comes before any training: no checkpoint, no report."""
+    """The quantized-folder refusal comes before any training: no checkpoint, no report, no folder."""
     refused(capsys, ["finetune", str(world["q8"]), "--data", str(world["chat"]), "--out", str(tmp_path / "o"),
                      *QUIET.split()], QUANTIZED)
-    assert not (tmp_path / "o" / "checkpoints").exists() and not (tmp_path / "o" / "report.json").exists()
+    assert not (tmp_path / "o").exists()  # not even the run lock's folder, which made --out non-empty
 
 
 def test_a_full_finetune_of_a_lora_run_trains_every_parameter(world, tmp_path, capsys):
@@ -392,3 +392,44 @@ def test_running_out_of_memory_is_an_error_that_says_what_to_do(world, tmp_path,
     argv = ["train", "--model", "lumen:lumen-tiny", *shlex.split(TRAIN.format(corpus=world["corpus"], tmp=tmp_path)),
             "vocab_size=300"]
     refused(capsys, argv, ("out of memory", "not enough memory", "vocab_size"))
+
+
+def test_demo_quick_removes_its_temporary_bank(tmp_path, monkeypatch):
+    pytest.importorskip("pandas")
+    import tempfile
+
+    from slmlab.transactions import pipeline
+    from slmlab.transactions.demo import app, state
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = []
+    monkeypatch.setattr(state, "quick_state", lambda work: made.append(work) or (work / "bank").mkdir(parents=True) or
+                        type("State", (), {"timings": {"generate_s": 0, "train_s": 0, "state_s": 0}})())
+    monkeypatch.setattr(app, "check_port", lambda host, port: None)
+
+    def stopped(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "launch", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.demo(quick=True, log=lambda line: None)
+    assert made and made[0].name.startswith("slmlab-demo-") and list(tmp_path.iterdir()) == []
+    kept = tmp_path / "mine"
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.demo(quick=True, data=kept, log=lambda line: None)
+    assert (kept / "bank").is_dir()  # a folder the user named is theirs: kept
+
+
+def test_files_and_folders_have_ordinary_modes(world):
+    """Model files were 0600 beside 0644 files, the token cache folder 0700."""
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    root = world["run"].parent
+    paths = [p for p in root.rglob("*") if not p.name.startswith(".")]
+    files = {p.relative_to(root).as_posix() for p in paths if p.is_file() and stat.S_IMODE(p.stat().st_mode) != 0o666 & ~mask}
+    folders = {p.relative_to(root).as_posix() for p in paths if p.is_dir() and stat.S_IMODE(p.stat().st_mode) != 0o777 & ~mask}
+    assert any(p.name == "model.safetensors" for p in paths) and any("tokens" in p.parts for p in paths)
+    assert not files and not folders, (sorted(files)[:5], sorted(folders)[:5])

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..outputs import dumps_finite
+from ..outputs import dumps_finite, publish_modes
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 REQUIRED_FILES = (
@@ -277,6 +277,7 @@ def publish_checkpoint(tmp: Path, root: Path, step: int) -> Path:
     fsync'd before the rename that publishes it; re-saving an existing step swaps the two folders
     atomically, so some ``step_N`` is on disk at every moment. Returns the checkpoint folder."""
     final = Path(root) / f"step_{step:06d}"
+    publish_modes(tmp)  # 0644 / 0755 (the umask's), not the private modes of temporaries
     _fsync_tree(tmp)
     if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
         if _exchange(tmp, final):  # tmp now holds the old folder
