@@ -34,9 +34,11 @@ def check_output_folder(out: str | Path, flag: str = "OUT", own: Callable[[Path]
     command's own earlier output.
 
     Raises:
-        ValueError: ``out`` is a file, or a non-empty folder that is not the command's own.
+        ValueError: ``out`` is a symbolic link, a file, or a non-empty folder that is not the command's own.
     """
     out = Path(out)
+    if out.is_symlink():  # the rename would replace the link, not write where it points
+        raise ValueError(f"{flag} {out} is a symbolic link (to {os.readlink(out)}); name the folder itself or a new one")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{flag} {out} is a file; choose a new folder")
     if out.is_dir() and any(out.iterdir()) and not (own is not None and own(out)):

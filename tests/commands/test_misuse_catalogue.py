@@ -64,6 +64,10 @@ CASES = [
          lambda w, t: victim(t)),
     Case("quantize into a run folder", "quantize {run} {lora}", ("exists and is not an empty folder",)),
     Case("quantize into a file", "quantize {run} {chat}", ("is a file",)),
+    Case("quantize onto a symbolic link", "quantize {run} {tmp}/link", ("is a symbolic link", "name the folder itself"),
+         lambda w, t: (t / "empty").mkdir() or (t / "link").symlink_to(t / "empty")),
+    Case("merge --out a symbolic link", "finetune {lora} --merge --out {tmp}/link", ("is a symbolic link",),
+         lambda w, t: (t / "link").symlink_to(t / "nowhere")),
     # 6. messages: each names the value and what to do
     Case("generate: undecodable --prompt", "generate {run} --prompt \udcffab",
          ("--prompt is not valid UTF-8", "byte 0xff at character 0", "pass UTF-8 text")),
