@@ -56,7 +56,7 @@ def test_eval_with_int8_stays_within_a_percent_of_float32(run, int8_folder, caps
 
 def test_refusals_name_what_to_do(run, int8_folder, tmp_path, capsys):
     assert cli.main(["quantize", str(run), str(int8_folder)]) == 2
-    assert "exists and is not an empty folder; choose another OUT or remove it" in capsys.readouterr().err
+    assert "exists and is not an empty folder (its files would be replaced" in capsys.readouterr().err
     assert cli.main(["quantize", str(int8_folder), str(tmp_path / "again")]) == 2
     assert "is already quantized; quantize the float run it came from" in capsys.readouterr().err
     assert cli.main(["export", str(int8_folder), "--to", "hf", str(tmp_path / "hf")]) == 2

@@ -142,6 +142,10 @@ class CompareSettings:
             raise ValueError(f"--eval-every must be >= 0 (0: four evaluations per run), got {self.eval_every}")
         if any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs):
             raise ValueError(f"--lrs must be positive, got {', '.join(map(str, self.lrs))}")
+        from ..train.config import check_seed
+
+        for seed in self.seeds:  # refused here, not as every run failing
+            check_seed(seed, "--seeds")
         return self
 
     @property

@@ -14,10 +14,10 @@ with its error, a diverged one with its step. A plot whose data is absent is ski
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
+from ..outputs import dumps_finite
 from .report import CLAIM_SEEDS
 from .stats import seed_example_ci, seed_summary
 
@@ -247,7 +247,7 @@ def write_report(lines: list[dict], out_dir: str | Path) -> list[Path]:
     plots = [] if missing else make_plots(lines, out)
     summary, configs = out / "summary.md", out / "fitted_configs.json"
     summary.write_text(summary_markdown(lines, [p.name for p in plots]))
-    configs.write_text(json.dumps(fitted_configs(lines), indent=2) + "\n")
+    configs.write_text(dumps_finite(fitted_configs(lines), indent=2) + "\n")
     return [summary, configs, *plots]
 
 

@@ -17,7 +17,6 @@ the runs already finished (complete or diverged) and redoes the others.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import shutil
@@ -30,6 +29,7 @@ import torch
 from ..data.sources import TaskSource
 from ..data.tasks import parse_task_spec
 from ..evaluate.lm import evaluate_batches
+from ..outputs import dumps_finite
 from .models import build_model, count_parameters, state_floats
 from .report import finished
 from .stats import bootstrap_ci, example_counts, metrics_from_counts
@@ -231,7 +231,7 @@ def run_plans(plans: list[RunPlan], tier: str, out_dir: str | Path, device: str 
         spent += time.perf_counter() - t0
         steps += max(1, record["steps"])
         with path.open("a") as f:
-            f.write(json.dumps(record, default=_json_default) + "\n")
+            f.write(dumps_finite(record, default=_json_default) + "\n")
         log(f"    {outcome(record)}")
         records.append(record)
     incomplete = [r for r in records if not r["complete"] and r["diverged_step"] is None]

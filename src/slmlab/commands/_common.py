@@ -46,3 +46,44 @@ def add_quantize_argument(p) -> None:
     p.add_argument("--quantize", default=None, choices=["int8", "int4"],
                    help="weight-only int8 (per output channel) or int4 (groups of 32 columns) linear layers (CPU;"
                         " docs/quantize.md); a folder written by `slmlab quantize` is quantized already")
+
+
+def add_max_new_tokens_argument(p, default: int) -> None:
+    """``--max-new-tokens`` (alias ``--max-tokens``; generate and chat take both): the longest reply."""
+    p.add_argument("--max-new-tokens", "--max-tokens", dest="max_new_tokens", type=int, default=default,
+                   metavar="N", help=f"the most new tokens of a reply (default {default}; --max-tokens is the same flag)")
+
+
+def utf8_text(text: str, what: str) -> str:
+    """``text`` when it is valid UTF-8; a command line or a terminal that was not carries the bytes it could
+    not decode as surrogates, which no tokenizer takes.
+
+    Raises:
+        ValueError: naming ``what``, the first bad byte and what to do.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(text[err.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"character U+{code:04X}"
+        raise ValueError(f"{what} is not valid UTF-8 ({byte} at character {err.start}); pass UTF-8 text (check the"
+                         " terminal's or the file's encoding)") from None
+    return text
+
+
+def parse_token_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
+    """``"5,6, 7"`` -> ``[5, 6, 7]``.
+
+    Raises:
+        ValueError: a word that is not a whole number, named with the flag.
+    """
+    ids = []
+    for word in text.replace(" ", "").split(","):
+        if not word:
+            continue
+        try:
+            ids.append(int(word))
+        except ValueError:
+            raise ValueError(f"{flag}: {word!r} is not a token id (a whole number); write comma-separated ids, e.g."
+                             f" {flag} 5,6,7") from None
+    return ids

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import command_parser
+from ._common import add_max_new_tokens_argument, command_parser, utf8_text
 
 PROMPT = "you> "
 REPLY = "model> "
@@ -21,16 +21,16 @@ def chat_command(argv: list[str]) -> int:
     RUN is a run folder (its newest checkpoint), a checkpoint, a fine-tune's adapter folder or a merged model.
     The conversation is rendered with the tokenizer's chat template (the same one `slmlab serve` uses for
     /v1/chat/completions; slmlab's plain "User: ...\\nAssistant:" layout when the tokenizer has none).
-    When the history no longer fits the context the model was trained on (minus --max-tokens), the
+    When the history no longer fits the context the model was trained on (minus --max-new-tokens), the
     oldest turns are dropped, with a notice. Commands: /reset, /system TEXT, /quit (or Ctrl-D).
     Examples:
       slmlab chat runs/quickstart-lora
-      slmlab chat runs/quickstart-lora --system "Answer briefly." --temperature 0 --max-tokens 64
+      slmlab chat runs/quickstart-lora --system "Answer briefly." --temperature 0 --max-new-tokens 64
     """
     p = command_parser(chat_command, "chat")
     p.add_argument("run")
     p.add_argument("--system", default=None, help="the system line of the conversation")
-    p.add_argument("--max-tokens", type=int, default=128, help="the longest reply, in tokens")
+    add_max_new_tokens_argument(p, 128)
     p.add_argument("--temperature", type=float, default=0.7, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=50)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -38,8 +38,10 @@ def chat_command(argv: list[str]) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
     args = p.parse_args(argv)
-    if args.max_tokens <= 0:
-        raise ValueError(f"--max-tokens must be > 0, got {args.max_tokens}")
+    if args.max_new_tokens <= 0:
+        raise ValueError(f"--max-new-tokens must be > 0, got {args.max_new_tokens}")
+    if args.system is not None:
+        utf8_text(args.system, "--system")
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
     import torch
@@ -55,12 +57,12 @@ def chat_command(argv: list[str]) -> int:
     if loaded.tokenizer is None:
         raise ValueError(f"{loaded.checkpoint} has no tokenizer; slmlab chat needs the tokenizer saved with the model")
     context = loaded.trained_context or getattr(loaded.model.config, "max_position_embeddings", None) or 2048
-    if args.max_tokens >= context:
-        raise ValueError(f"--max-tokens {args.max_tokens} leaves no room for the conversation in the model's context of"
+    if args.max_new_tokens >= context:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens} leaves no room for the conversation in the model's context of"
                          f" {context} tokens; lower it")
     own = "its own chat template" if chat_template(loaded.tokenizer) == loaded.tokenizer.chat_template else "slmlab's plain template"
     print(f"slmlab chat: {loaded.checkpoint} ({loaded.family.name}, context {context} tokens, {own}); {HELP}")
-    session = ChatSession(loaded.model, loaded.tokenizer, loaded.device, context - args.max_tokens, args.max_tokens,
+    session = ChatSession(loaded.model, loaded.tokenizer, loaded.device, context - args.max_new_tokens, args.max_new_tokens,
                           sampling, torch.Generator(device=loaded.device).manual_seed(args.seed), args.system)
     while True:
         try:
@@ -68,6 +70,10 @@ def chat_command(argv: list[str]) -> int:
         except EOFError:
             print()
             return 0
+        except UnicodeDecodeError as err:  # a terminal that is not UTF-8: this line is lost, the history is not
+            print(f"(not sent: the line is not valid UTF-8 ({err.reason} at byte {err.start}); check the terminal's"
+                  " encoding)")
+            continue
         if not session.command(line.strip()):
             return 0
 
@@ -98,7 +104,12 @@ class ChatSession:
             self.turns.clear()
             print("(history cleared)")
         elif line == "/system" or line.startswith("/system "):
-            self.system = line[len("/system"):].strip() or None
+            system = line[len("/system"):].strip() or None
+            try:
+                self.system = system if system is None else utf8_text(system, "the system line")
+            except ValueError as err:
+                print(f"(not set: {err})")
+                return True
             print(f"(system line set: {self.system})" if self.system else "(system line removed)")
         elif line.startswith("/"):
             print(f"(unknown command {line.split()[0]}; {HELP})")
@@ -107,7 +118,8 @@ class ChatSession:
         return True
 
     def reply(self, text: str) -> str:
-        """Answer ``text``: stream the reply to stdout, keep both turns in the history; returns the reply."""
+        """Answer ``text``: stream the reply to stdout, keep both turns in the history; returns the reply
+        ("" when it was not sent: text that is not UTF-8, or a message that does not fit)."""
         import torch
 
         from ..data.chat import fit_history
@@ -115,6 +127,11 @@ class ChatSession:
         from ..serve.chat import chat_stops
         from ..serve.text import TextStream
 
+        try:
+            utf8_text(text, "the message")
+        except ValueError as err:
+            print(f"(not sent: {err})")
+            return ""
         self.turns.append({"role": "user", "content": text})
         try:
             ids, dropped = fit_history(self.tokenizer, self.system, self.turns, self.budget)

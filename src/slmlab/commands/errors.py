@@ -60,6 +60,10 @@ def expected_error_message(err: BaseException) -> str | None:
         return _os_error(err)
     if isinstance(err, (ValueError, TypeError)):
         return str(err)
+    if _out_of_memory(err):
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return (f"out of memory ({first[:200]}); make the run smaller (model_config, vocab_size, batch_size,"
+                " block_size) or use a machine with more memory")
     try:
         from safetensors import SafetensorError
     except ImportError:  # pragma: no cover - safetensors is a dependency
@@ -67,6 +71,16 @@ def expected_error_message(err: BaseException) -> str | None:
     if isinstance(err, SafetensorError):
         return _safetensors_error(str(err))
     return None
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """A failed allocation: ``MemoryError``, torch's CUDA ``OutOfMemoryError``, or the CPU allocator's
+    ``RuntimeError`` ("DefaultCPUAllocator: not enough memory" / "can't allocate memory")."""
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("not enough memory" in text or "can't allocate memory" in text
+                                              or "out of memory" in text.lower())
 
 
 _OS_ERROR = re.compile(r"I/O error: (?P<what>.*?) \(os error (?P<errno>\d+)\)(?: at path \"(?P<path>[^\"]*)\")?")

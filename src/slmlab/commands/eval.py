@@ -4,9 +4,9 @@ with ``--tasks`` (:func:`slmlab.evaluate.tasks.run_tasks`; lm-eval is imported o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ..outputs import dumps_finite
 from ._common import add_quantize_argument, command_parser
 
 
@@ -85,7 +85,7 @@ def eval_command(argv: list[str]) -> int:
         progress.close()
     result = {"checkpoint": str(ckpt), "data": data, "split": args.split, **result}
     if args.json:
-        print(json.dumps(result))
+        print(dumps_finite(result))
         return 0
     for key, value in result.items():
         if key == "acc_by_group":
@@ -145,7 +145,7 @@ def _tasks_command(args) -> int:
                         num_fewshot=args.num_fewshot, batch_size=args.batch_size, device=dev,
                         autocast=autocast_factory(dev))
     if args.json:
-        print(json.dumps({"checkpoint": str(ckpt), "context": context, "results": results["results"],
+        print(dumps_finite({"checkpoint": str(ckpt), "context": context, "results": results["results"],
                           "n-samples": results.get("n-samples", {})}, default=str))
         return 0
     from lm_eval.utils import make_table

@@ -29,7 +29,8 @@ def finetune_command(argv: list[str]) -> int:
     tokens. The chat template is the tokenizer's chat_template, or slmlab's plain "User: ...\\nAssistant:" one.
     --lora [r=8,alpha=16,dropout=0,targets=q_proj,v_proj]: train only LoRA adapters (peft; default targets: the
     family's LORA_TARGETS); checkpoints are then adapter folders that eval, generate, chat, serve and export load
-    merged into their base. --merge also writes OUT/merged, a plain checkpoint.
+    merged into their base. --merge also writes OUT/merged, a plain checkpoint (replacing an earlier merge of the
+    run); without --data, --merge --out DIR writes RUN merged into DIR, which must be new or empty.
     Defaults that differ from slmlab train: max_steps=300, eval_every=100, checkpoint_every=100, eval_batches=0
     (the whole held-out split), optim.lr=3e-4 (2e-3 with --lora), optim.weight_decay=0, schedule.warmup=0.1,
     block_size = the context the model was trained on, out_dir = RUN-full or RUN-lora.
@@ -139,7 +140,8 @@ def run_finetune(args) -> int:
             shutdown(trainer.dist)
         status = exit_status(trainer.state.stop_reason)
         if args.merge and status == 0 and trainer.dist.is_main:
-            print(f"slmlab finetune: wrote the merged model to {write_merged(trainer.last_checkpoint(), Path(cfg.out_dir) / 'merged')}")
+            merged = write_merged(trainer.last_checkpoint(), Path(cfg.out_dir) / "merged", replace_own=True)
+            print(f"slmlab finetune: wrote the merged model to {merged}")
     if status:
         print(f"slmlab finetune: {trainer.state.stop_reason}; resume with --resume", file=sys.stderr)
     elif stopped_by_time_cap(trainer.state.stop_reason):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._common import add_quantize_argument, command_parser
+from ._common import add_max_new_tokens_argument, add_quantize_argument, command_parser, parse_token_ids, utf8_text
 
 # Batch-1 decode of the default presets (a few million parameters) is a chain of small GEMVs: a
 # second thread costs more in synchronisation than it saves (docs/cli.md, `slmlab generate`).
@@ -23,7 +23,7 @@ def generate_command(argv: list[str]) -> int:
     p.add_argument("run")
     p.add_argument("--prompt", default=None, help="text prompt (needs the tokenizer saved with the model)")
     p.add_argument("--prompt-ids", default=None, help="comma-separated token ids instead of text")
-    p.add_argument("--max-new-tokens", type=int, default=200)
+    add_max_new_tokens_argument(p, 200)
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=50)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -44,6 +44,8 @@ def generate_command(argv: list[str]) -> int:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
+    prompt_ids = parse_token_ids(args.prompt_ids) if args.prompt_ids is not None else None
+    prompt = utf8_text(args.prompt, "--prompt") if args.prompt is not None else None
     import torch
 
     from slmlab.generation import SamplingConfig, generate
@@ -56,10 +58,10 @@ def generate_command(argv: list[str]) -> int:
     loaded = load_for_inference(args.run, args.device)
     ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
     apply_quantization(model, args.quantize, dev)
-    if args.prompt_ids is not None:
-        ids = [int(x) for x in args.prompt_ids.replace(" ", "").split(",") if x]
+    if prompt_ids is not None:
+        ids = prompt_ids
     elif tokenizer is not None:
-        ids = tokenizer(args.prompt or "", add_special_tokens=False)["input_ids"]
+        ids = tokenizer(prompt or "", add_special_tokens=False)["input_ids"]
         if not ids and tokenizer.bos_token_id is not None:
             ids = [tokenizer.bos_token_id]
     else:

@@ -8,9 +8,9 @@ This module parses arguments and prints; each subcommand is one call of
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from ..outputs import dumps_finite
 from ._common import command_parser, parse_overrides, split_items
 
 SUBCOMMANDS = ("generate", "pretrain", "finetune", "evaluate", "score", "audit", "demo")
@@ -231,7 +231,7 @@ def _score(args) -> int:
 def _audit(args) -> int:
     from ..transactions import pipeline
 
-    print(json.dumps(pipeline.audit(args.preset), indent=1))
+    print(dumps_finite(pipeline.audit(args.preset), indent=1))
     return 0
 
 

@@ -82,11 +82,23 @@ def check_messages(messages, where: str = "messages") -> list[dict]:
     return out
 
 
+def apply_template(tokenizer, messages: Sequence[dict], **kwargs):
+    """``tokenizer.apply_chat_template`` with :func:`chat_template`; a template that fails to render (a
+    syntax error, or an operation the Jinja sandbox blocks) is a ``ValueError`` saying where to fix it."""
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(list(messages), chat_template=chat_template(tokenizer), **kwargs)
+    except TemplateError as err:
+        raise ValueError(f"the tokenizer's chat template cannot be rendered ({type(err).__name__}: {err}); fix"
+                         " chat_template in the model's tokenizer_config.json, or delete it to use slmlab's plain"
+                         " template") from None
+
+
 def render_chat_text(tokenizer, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
     """The conversation as text through ``tokenizer``'s template (:func:`chat_template`), ending with the
     generation prompt when ``add_generation_prompt``: what the model continues from."""
-    return tokenizer.apply_chat_template(list(messages), chat_template=chat_template(tokenizer), tokenize=False,
-                                         add_generation_prompt=add_generation_prompt)
+    return apply_template(tokenizer, messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
 def render_plain(messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
@@ -113,9 +125,8 @@ def encode_conversation(tokenizer, messages: Sequence[dict]) -> tuple[list[int],
     """
     if not any(m["role"] == "assistant" for m in messages):
         raise ValueError("the conversation has no assistant turn; nothing to learn from it: add one")
-    out = tokenizer.apply_chat_template(list(messages), chat_template=chat_template(tokenizer), tokenize=True,
-                                        return_dict=True, return_assistant_tokens_mask=True,
-                                        add_generation_prompt=False)
+    out = apply_template(tokenizer, messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+                         add_generation_prompt=False)
     ids, scored = list(out["input_ids"]), [int(bool(x)) for x in out["assistant_masks"]]
     if not any(scored):
         raise ValueError("the chat template marks no assistant tokens; wrap each assistant turn of the tokenizer's"

@@ -112,11 +112,16 @@ def read_chat_jsonl(path: str | Path) -> list[list[dict]]:
     if not path.is_file():
         raise FileNotFoundError(f"chat data {path} does not exist; give a .jsonl file or {BUILTIN_CHAT}")
     rows = []
-    with path.open(encoding="utf-8") as stream:
-        for number, line in enumerate(stream, 1):
+    with path.open("rb") as stream:
+        for number, raw in enumerate(stream, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{where}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1}); save"
+                                 " the file as UTF-8 or fix that line") from None
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:

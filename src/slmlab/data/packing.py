@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from transformers import PreTrainedTokenizerFast
 
+from ..outputs import publish_modes
 from .corpora import SPLITS, Corpus
 from .paths import resolve_cache_dir
 from .tokenizers import byte_tokenizer, tokenizer_fingerprint
@@ -254,6 +255,7 @@ def _build(folder: Path, corpus: Corpus, tokenizer: PreTrainedTokenizerFast, dty
             meta["splits"][split] = {key: sum(info[key] for _, info in shards[split])
                                      for key in ("n_tokens", "n_bytes", "n_docs")}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        publish_modes(tmp)  # a shared cache: 0755 / 0644 (the umask's), not mkdtemp's 0700
         try:
             os.replace(tmp, folder)
         except OSError:

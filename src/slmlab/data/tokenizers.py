@@ -21,6 +21,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from ..outputs import publish_modes
 from .byte_alphabet import byte_to_unicode
 from .paths import resolve_cache_dir
 
@@ -179,6 +180,7 @@ def get_tokenizer(
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
         tok.save_pretrained(str(tmp))
+        publish_modes(tmp)  # a shared cache: 0755 / 0644 (the umask's), not mkdtemp's 0700
         try:
             os.replace(tmp, folder)
         except OSError:

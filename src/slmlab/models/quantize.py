@@ -139,10 +139,11 @@ def quantization_record(names: list[str], scheme: str = "int8", group: int | Non
 def apply_quantization(model: nn.Module, scheme: str | None, device) -> list[str]:
     """What the ``--quantize`` flag of ``generate`` / ``serve`` / ``eval`` does: nothing for None,
     :func:`quantize_int8` for ``"int8"``, :func:`quantize_int4` for ``"int4"`` (a no-op on a model loaded
-    from a quantized folder).
+    from a folder quantized with the same scheme).
 
     Raises:
-        ValueError: an unknown scheme, or a device other than the CPU (the kernel is torch's CPU one).
+        ValueError: an unknown scheme, a device other than the CPU (the kernel is torch's CPU one), or a
+            model already quantized with the other scheme (it would silently stay in that one).
     """
     if scheme is None:
         return []
@@ -151,7 +152,20 @@ def apply_quantization(model: nn.Module, scheme: str | None, device) -> list[str
     if torch.device(device).type != "cpu":
         raise ValueError(f"--quantize {scheme} runs on the CPU (torch's {scheme} weight kernel), not on {device};"
                          " pass --device cpu")
+    held = scheme_of(model)
+    if held is not None and held != scheme:
+        raise ValueError(f"--quantize {scheme}: the model is already {held} (a folder written by slmlab quantize) and"
+                         f" cannot be requantized; drop --quantize, or pass the float run it came from with --quantize"
+                         f" {scheme}")
     return quantize(model, scheme)
+
+
+def scheme_of(model: nn.Module) -> str | None:
+    """``"int8"`` or ``"int4"`` for a quantized model (by its modules), None for a float one."""
+    kinds = {type(module) for module in model.modules() if isinstance(module, QUANTIZED)}
+    if not kinds:
+        return None
+    return "int4" if Int4Linear in kinds else "int8"
 
 
 def quantization_of(folder: str | Path) -> dict | None:
@@ -174,39 +188,51 @@ def quantization_of(folder: str | Path) -> dict | None:
     return record
 
 
-def save_quantized(model: nn.Module, source: str | Path | None, out: str | Path) -> Path:
+def save_quantized(model: nn.Module, source: str | Path | None, out: str | Path,
+                   source_files: dict[str, tuple[int, int]] | None = None) -> Path:
     """Write a quantized ``model`` to the folder ``out``: ``config.json`` (with ``quantization_config``),
     ``model.safetensors`` and, from ``source`` (the folder it was loaded from), the tokenizer,
-    generation config and run record (:data:`CARRIED_FILES`).
+    generation config and run record (:data:`CARRIED_FILES`). ``out`` keeps the promise of
+    :mod:`slmlab.outputs`: it is written through a temporary sibling and appears whole or not at all.
 
+    Args:
+        source_files: ``source``'s fingerprint (:func:`slmlab.outputs.snapshot`) taken before its weights
+            were read; default: taken now. A source that changed since (a live run rotating its
+            checkpoints) is refused, not half-copied.
     Raises:
-        ValueError: ``model`` holds no int8 module, or ``out`` exists and is not an empty folder.
+        ValueError: ``model`` holds no quantized module, ``out`` exists and is not an empty folder, or
+            ``source`` changed while it was read.
     """
     from safetensors.torch import save_file
+
+    from ..outputs import check_unchanged, snapshot, staged_folder
 
     names = quantized_modules(model)
     if not names:
         raise ValueError("the model has no quantized module; call slmlab.models.quantize.quantize_int8(model) first")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"{out} exists and is not an empty folder; choose another OUT or remove it")
-    out.mkdir(parents=True, exist_ok=True)
+    if source is not None and source_files is None:
+        source_files = snapshot(source)
     record = getattr(model.config, "quantization_config", None)
     if not isinstance(record, dict) or record.get("modules") != names:
         int4 = [m for m in model.modules() if isinstance(m, Int4Linear)]
         record = quantization_record(names, "int4" if int4 else "int8", int4[0].group if int4 else None)
     model.config.quantization_config = record
-    model.config.to_json_file(str(out / "config.json"))
-    # tied tensors are written once per name (a plain copy each): safetensors refuses shared storage
-    state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS), metadata={"format": "pt", "quantization": record["quant_method"]})
-    if source is not None:
-        for name in CARRIED_FILES:
-            path = Path(source) / name
-            if path.is_file():
-                (out / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, out / name)
-    return out
+    with staged_folder(out) as tmp:
+        model.config.to_json_file(str(tmp / "config.json"))
+        # tied tensors are written once per name (a plain copy each): safetensors refuses shared storage
+        state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt", "quantization": record["quant_method"]})
+        if source is not None:
+            try:
+                for name in CARRIED_FILES:
+                    if name in source_files:
+                        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy2(Path(source) / name, tmp / name)
+            except FileNotFoundError:  # removed since the snapshot: said as the change it is
+                check_unchanged(source, source_files)
+                raise
+            check_unchanged(source, source_files)
+    return Path(out)
 
 
 @torch.no_grad()

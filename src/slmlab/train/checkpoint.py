@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..outputs import dumps_finite, publish_modes
+
 STEP_DIR = re.compile(r"^step_(\d+)$")
 REQUIRED_FILES = (
     "config.json",
@@ -150,7 +152,7 @@ def write_rng_and_state(folder: Path, trainer_state: dict) -> None:
     """``rng.safetensors`` (this process's generators) and ``state.json`` (step, data position, ...)."""
     folder.mkdir(parents=True, exist_ok=True)
     save_file(rng_state(), str(folder / "rng.safetensors"))
-    (folder / "state.json").write_text(json.dumps(trainer_state, indent=2))
+    (folder / "state.json").write_text(dumps_finite(trainer_state, indent=2))
 
 
 def write_run_files(folder: Path, tokenizer, run_config: dict, extra_json: dict[str, dict] | None = None) -> None:
@@ -162,7 +164,7 @@ def write_run_files(folder: Path, tokenizer, run_config: dict, extra_json: dict[
         tokenizer.save_pretrained(str(folder))
     (folder / "run.yaml").write_text(yaml.safe_dump(run_config, sort_keys=False))
     for name, payload in (extra_json or {}).items():
-        (folder / name).write_text(json.dumps(payload, indent=1) + "\n")
+        (folder / name).write_text(dumps_finite(payload, indent=1) + "\n")
 
 
 class NonFiniteWeights(CheckpointError):
@@ -275,6 +277,7 @@ def publish_checkpoint(tmp: Path, root: Path, step: int) -> Path:
     fsync'd before the rename that publishes it; re-saving an existing step swaps the two folders
     atomically, so some ``step_N`` is on disk at every moment. Returns the checkpoint folder."""
     final = Path(root) / f"step_{step:06d}"
+    publish_modes(tmp)  # 0644 / 0755 (the umask's), not the private modes of temporaries
     _fsync_tree(tmp)
     if final.exists():  # re-saving the same step (e.g. Ctrl-C right after a periodic save)
         if _exchange(tmp, final):  # tmp now holds the old folder
@@ -379,14 +382,19 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path} is corrupt or not a safetensors file: {err}") from err
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> dict:
+    """The JSON object in a checkpoint's ``path``: every JSON file a checkpoint holds is an object."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(
             f"{path} is corrupt (invalid JSON: {err}); the file was damaged or half-written: resume from an earlier"
             " checkpoint or save it again"
         ) from err
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is damaged: it holds a JSON {type(data).__name__}, not an object; resume from an"
+                              " earlier checkpoint or save it again")
+    return data
 
 
 def model_state_from_checkpoint(ckpt: Path) -> dict[str, torch.Tensor]:

@@ -18,6 +18,26 @@ import yaml
 PARALLEL_CHOICES = ("ddp", "fsdp2")
 
 
+def _betas(value) -> tuple[float, ...]:
+    """``optim.betas`` as a tuple of floats: a list or tuple of numbers; anything else is refused, named."""
+    if isinstance(value, (list, tuple)) and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in value):
+        return tuple(float(b) for b in value)
+    raise ValueError(f"optim.betas must be two numbers in [0, 1) (AdamW's beta1, beta2), got {value!r}; write e.g."
+                     " optim.betas=[0.9,0.95]")
+
+
+def check_seed(seed, what: str = "seed") -> int:
+    """``seed`` when it is a whole number in ``[0, 2**32)`` (what torch, numpy and the samplers all take).
+
+    Raises:
+        ValueError: naming ``what`` and the value.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        example = f"{what} 0" if what.startswith("--") else f"{what}=0"
+        raise ValueError(f"{what} must be a whole number in [0, 2**32), got {seed!r}; pass e.g. {example}")
+    return seed
+
+
 @dataclass
 class OptimConfig:
     """Optimiser settings.
@@ -49,6 +69,7 @@ class OptimConfig:
         for key in ("lr", "muon_lr", "eps"):
             if not float(getattr(self, key)) > 0:
                 raise ValueError(f"optim.{key} must be > 0, got {getattr(self, key)!r}")
+        self.betas = _betas(self.betas)
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"optim.betas must be two numbers in [0, 1), got {self.betas!r}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
@@ -183,6 +204,7 @@ class RunConfig:
     fsdp_cpu_offload: bool = False
 
     def validate(self) -> RunConfig:
+        check_seed(self.seed, "seed")
         for key in ("vocab_size", "block_size", "batch_size", "grad_accum", "max_steps", "log_every"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -301,7 +323,7 @@ def config_from_dict(tree: dict) -> RunConfig:
                 raise ValueError(f"unknown {key} key(s) {bad}; known: {sorted(fields)}")
             value = _coerce(section, value, f"{key}.")
             if "betas" in value:
-                value["betas"] = tuple(float(b) for b in value["betas"])
+                value["betas"] = _betas(value["betas"])
             kwargs[key] = section(**value)
         else:
             kwargs.update(_coerce(RunConfig, {key: value}, ""))

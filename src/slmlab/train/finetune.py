@@ -24,11 +24,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
+from ..outputs import dumps_finite
 from .checkpoint import check_checkpoint, load_trainer_files, resolve_checkpoint
 from .config import RunConfig
 from .distributed import barrier
 from .lora import LoraSpec, is_adapter_folder, load_adapter_weights, save_adapter, trainable_share
-from .saved import read_json_object, saved_run_config, trained_context
+from .saved import check_trainable, open_checkpoint, read_json_object, saved_run_config, trained_context
 from .trainer import Trainer
 
 FINETUNE_FILE = "finetune.json"
@@ -84,11 +87,15 @@ class LoraTrainer(Trainer):
 
 
 def base_checkpoint(model: str) -> Path:
-    """The checkpoint folder a fine-tune starts from (``RUN``: a run folder's newest checkpoint)."""
+    """The checkpoint folder a fine-tune starts from (``RUN``: a run folder's newest checkpoint); a
+    folder that is not an slmlab language model (a transactions run, foreign code) or a quantized one is
+    refused (:func:`slmlab.train.saved.open_checkpoint`, :func:`slmlab.train.saved.check_trainable`)."""
     if not Path(model).is_dir():
         raise FileNotFoundError(f"no saved model at {model}; slmlab finetune starts from a run or checkpoint folder"
                                 " (train one with slmlab train)")
-    return resolve_checkpoint(model).resolve()
+    ckpt = open_checkpoint(model).checkpoint.resolve()  # checked as every reader checks it (an slmlab family)
+    check_trainable(ckpt)
+    return ckpt
 
 
 def finetune_record(base: Path, lora: LoraSpec | None) -> dict:
@@ -177,6 +184,7 @@ def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume:
     if lora is None:
         trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
     else:
+        torch.manual_seed(cfg.seed)  # the adapters' initial A (and LoRA dropout after it) come from the seed
         trainer = LoraTrainer(cfg, add_lora(model, lora, base), source, tokenizer, run_dir, dist_info, device)
     trainer.checkpoint_json[FINETUNE_FILE] = record
     if identity is not None:
@@ -213,7 +221,7 @@ def add_to_report(run_dir: Path, summary: dict) -> None:
     report_json = run_dir / "report.json"
     report = json.loads(report_json.read_text())
     report["finetune"] = summary
-    report_json.write_text(json.dumps(report, indent=2))
+    report_json.write_text(dumps_finite(report, indent=2))
     lines = ["", "## Fine-tune", "",
              f"- method: {summary['method']}" + (f" ({', '.join(f'{k}={v}' for k, v in summary['lora'].items())})"
                                                  if summary["lora"] else ""),
@@ -226,22 +234,44 @@ def add_to_report(run_dir: Path, summary: dict) -> None:
         stream.write("\n".join(lines) + "\n")
 
 
-def write_merged(source: str | Path, out: str | Path) -> Path:
-    """A plain checkpoint at ``out`` from a fine-tune (an adapter folder is merged into its base):
-    ``config.json``, ``model.safetensors``, generation config and the tokenizer with its chat template."""
-    from .checkpoint import quiet_hf_progress
-    from .saved import load_for_inference
+def is_merged_output(folder: Path) -> bool:
+    """Whether ``folder`` is what :func:`write_merged` writes (its ``finetune.json`` names ``merged_from``):
+    a fine-tune's own ``OUT/merged``, which the next ``--merge`` of that run replaces."""
+    return "merged_from" in read_json_object(Path(folder) / FINETUNE_FILE)
 
-    loaded = load_for_inference(source, "cpu")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with quiet_hf_progress():
-        loaded.model.save_pretrained(str(out))
-    if loaded.tokenizer is not None:
-        loaded.tokenizer.save_pretrained(str(out))
-    record = read_json_object(loaded.checkpoint / FINETUNE_FILE)
-    (out / FINETUNE_FILE).write_text(json.dumps({**record, "merged_from": str(loaded.checkpoint.resolve())}, indent=1) + "\n")
-    return out
+
+def write_merged(source: str | Path, out: str | Path, replace_own: bool = False) -> Path:
+    """A plain checkpoint at ``out`` from a fine-tune (an adapter folder is merged into its base):
+    ``config.json``, ``model.safetensors``, generation config and the tokenizer with its chat template.
+
+    ``out`` keeps the promise of :mod:`slmlab.outputs`: refused when it is not empty (with
+    ``replace_own``, unless it is an earlier merge, :func:`is_merged_output`: a fine-tune's own
+    ``OUT/merged``), written through a temporary sibling; a source that changes while it is read is
+    refused.
+
+    Raises:
+        ValueError: the above, or a quantized source (nothing to merge; its weights are not float).
+    """
+    from ..outputs import check_output_folder, check_unchanged, snapshot, staged_folder
+    from .checkpoint import quiet_hf_progress
+    from .saved import load_for_inference, open_checkpoint
+
+    own = is_merged_output if replace_own else None
+    check_output_folder(out, "--out", own)  # refused before any weight is read
+    saved = open_checkpoint(source)
+    check_trainable(saved.checkpoint)  # a quantized folder has no float weights to write
+    before = snapshot(saved.checkpoint)
+    loaded = load_for_inference(saved, "cpu")
+    with staged_folder(out, "--out", own) as tmp:
+        with quiet_hf_progress():
+            loaded.model.save_pretrained(str(tmp))
+        if loaded.tokenizer is not None:
+            loaded.tokenizer.save_pretrained(str(tmp))
+        record = read_json_object(loaded.checkpoint / FINETUNE_FILE)
+        (tmp / FINETUNE_FILE).write_text(json.dumps({**record, "merged_from": str(loaded.checkpoint.resolve())},
+                                                    indent=1) + "\n")
+        check_unchanged(saved.checkpoint, before)
+    return Path(out)
 
 
 def evaluate_chat(path: str | Path, data: str, block_size: int | None = None, device: str = "auto",

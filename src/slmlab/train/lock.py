@@ -41,12 +41,14 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
         self._fd: int | None = None
+        self._created = False  # whether acquire created the folder (removed again if the run wrote nothing)
 
     def acquire(self) -> RunLock:
         if not self.enabled:
             return self
         import fcntl
 
+        self._created = not self.run_dir.exists()
         path = prepare_run_dir(self.run_dir) / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -65,9 +67,15 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the flock
-            self._fd = None
+        """Release the lock; a folder it created that holds nothing but the lock (a run refused before it
+        wrote anything) is removed, so the refusal leaves no trace to trip the next command."""
+        if self._fd is None:
+            return
+        if self._created and [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
+            (self.run_dir / LOCK_NAME).unlink()
+            self.run_dir.rmdir()
+        os.close(self._fd)  # closing the descriptor releases the flock
+        self._fd = None
 
     def __enter__(self) -> RunLock:
         return self.acquire()

@@ -11,6 +11,8 @@ import math
 import os
 from pathlib import Path
 
+from ..outputs import dumps_finite
+
 
 class MetricsLogger:
     """Append-only metrics for one run.
@@ -41,7 +43,7 @@ class MetricsLogger:
         if not self.enabled:
             return
         record = {"kind": kind, "step": step, **values}
-        self._file.write(json.dumps(record) + "\n")
+        self._file.write(dumps_finite(record) + "\n")
         self._file.flush()
         if self._tb is not None:
             for name, value in values.items():

@@ -7,17 +7,17 @@ registry (``resolve_model_spec``, ``Family.make_config``) and data only through 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
 
+from ..outputs import dumps_finite
 from .checkpoint import list_checkpoints, resolve_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, barrier, init_distributed
 from .environment import resolve_device
-from .saved import load_saved_model, saved_run_config
+from .saved import check_trainable, load_saved_model, saved_run_config
 from .trainer import TIME_CAP_ADVICE, Trainer, stopped_by_time_cap
 
 
@@ -117,9 +117,12 @@ def needed_vocab(source, tokenizer) -> int:
 
 
 def build_model(cfg: RunConfig, vocab_size: int, seq_len: int):
-    """A fresh model from ``cfg.model`` (family / preset) or a saved model folder to fine-tune."""
+    """A fresh model from ``cfg.model`` (family / preset) or a saved model folder to fine-tune. The
+    global generator is seeded with ``cfg.seed`` first, either way: every later draw (initial weights,
+    dropout) comes from the seed."""
     from ..models.registry import resolve_model_spec
 
+    torch.manual_seed(cfg.seed)
     if Path(cfg.model).is_dir():
         if cfg.model_config:
             raise ValueError(
@@ -142,7 +145,6 @@ def build_model(cfg: RunConfig, vocab_size: int, seq_len: int):
             f"the data yields sequences of {seq_len} tokens but the model accepts {max_pos}"
             " (max_position_embeddings); lower block_size or raise the model's context in model_config"
         )
-    torch.manual_seed(cfg.seed)
     return fam.model_class(config)
 
 
@@ -224,6 +226,7 @@ def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow
         changes = resharded + compare_for_resume(saved, cfg.to_dict(), tuple(allow_change), saved_identity, identity)
     elif Path(cfg.model).is_dir():  # fine-tuning a saved model: its tokenizer comes with it
         origin = resolve_checkpoint(cfg.model)
+        check_trainable(origin)  # a quantized folder: refused before any data is read
         check_tokenizer_request(cfg, origin, given)
     tokenizer = build_tokenizer(cfg, dist_info, origin)
     source = open_source(cfg, tokenizer, corpus)
@@ -432,7 +435,7 @@ def write_report(trainer: Trainer) -> dict:
     if trainer.dist.is_main:
         trainer.run_dir.mkdir(parents=True, exist_ok=True)
         report["plot"] = write_loss_plot(trainer, final)
-        (trainer.run_dir / "report.json").write_text(json.dumps(report, indent=2))
+        (trainer.run_dir / "report.json").write_text(dumps_finite(report, indent=2))
         (trainer.run_dir / "report.md").write_text(format_report(report))
     return report
 

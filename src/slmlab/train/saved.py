@@ -138,14 +138,18 @@ def open_checkpoint(path: str | Path) -> SavedCheckpoint:
     return SavedCheckpoint(ckpt, family, run_config, trained_context(ckpt, run_config))
 
 
-def _from_pretrained(ckpt: Path):
-    """The model of a checked checkpoint folder (float32, ``trust_remote_code=False``). A LoRA adapter
-    folder (:mod:`slmlab.train.lora`) loads its base model (checked the same way) and merges the adapter
-    into it: every reader gets a plain model, the same outputs as base + adapter. A sharded checkpoint
-    (``parallel=fsdp2``) is assembled from its shards (:func:`slmlab.train.dcp.load_dcp_model`)."""
+def _load_model(ckpt: Path):
+    """The model of a checked checkpoint folder (float32, ``trust_remote_code=False``), whatever kind it
+    is: a quantized folder (``slmlab quantize``, :func:`slmlab.models.quantize.load_quantized`); a LoRA
+    adapter folder (:mod:`slmlab.train.lora`), whose base is loaded (checked the same way, through this
+    function) and the adapter merged into it, so every reader gets a plain model with the outputs of base +
+    adapter; a sharded checkpoint (``parallel=fsdp2``, :func:`slmlab.train.dcp.load_dcp_model`); or a
+    plain (or merged) model folder. No reader calls ``from_pretrained`` itself: transformers does not
+    know the quantized format and would leave its linears randomly initialised."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from ..models.quantize import load_quantized, quantization_of
     from ..models.registry import check_saved_model_type
     from .checkpoint import is_dcp_checkpoint, quiet_hf_progress
     from .lora import adapter_base, is_adapter_folder, load_adapter, merge_adapter
@@ -155,7 +159,9 @@ def _from_pretrained(ckpt: Path):
         if base.family is not check_saved_model_type(ckpt):
             raise ValueError(f"adapter {ckpt} is a {check_saved_model_type(ckpt).name} adapter but its base {base.checkpoint}"
                              f" is a {base.family.name} model; point base_model_name_or_path at the right base")
-        return merge_adapter(load_adapter(_from_pretrained(base.checkpoint), ckpt))
+        return merge_adapter(load_adapter(_load_model(base.checkpoint), ckpt))
+    if quantization_of(ckpt):  # `slmlab quantize`: int8 / int4 buffers
+        return load_quantized(ckpt)
     if is_dcp_checkpoint(ckpt):  # parallel=fsdp2: the model's shards, written at any world size
         from .dcp import load_dcp_model
 
@@ -164,10 +170,38 @@ def _from_pretrained(ckpt: Path):
         return AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32, trust_remote_code=False)
 
 
+def check_trainable(ckpt: str | Path) -> None:
+    """Refuse to train from a quantized folder (``slmlab quantize``; directly, or as the base of a LoRA
+    adapter): its linear weights are int8 / int4 codes, which no optimiser can update, and loading it as
+    a float model would start from random weights.
+
+    Raises:
+        ValueError: naming the folder, its format, and what to train from instead.
+    """
+    from ..models.quantize import quantization_of
+    from .lora import adapter_base, is_adapter_folder
+
+    ckpt = Path(ckpt)
+    record = quantization_of(ckpt)
+    if record is not None:
+        raise ValueError(f"{ckpt} is an int{record.get('bits', 8)} quantized copy (written by slmlab quantize): its linear"
+                         " weights are integer codes that cannot be trained; train or fine-tune the float run it was"
+                         " quantized from, then quantize the result")
+    if is_adapter_folder(ckpt):
+        check_trainable(resolve_checkpoint(adapter_base(ckpt)))
+
+
 def load_saved_model(folder: str | Path):
-    """A saved slmlab model for fine-tuning, loaded without running any code shipped in the folder:
-    its ``config.json`` must name an slmlab family (``trust_remote_code=False``)."""
-    return _from_pretrained(open_checkpoint(folder).checkpoint)
+    """A saved slmlab model to train further (``train --model FOLDER``, ``finetune``): every parameter
+    trainable (a LoRA run comes merged into its base, peft's frozen flags cleared), loaded without running
+    any code shipped in the folder (its ``config.json`` must name an slmlab family).
+
+    Raises:
+        ValueError: a quantized folder (:func:`check_trainable`).
+    """
+    ckpt = open_checkpoint(folder).checkpoint
+    check_trainable(ckpt)
+    return _load_model(ckpt).requires_grad_(True)
 
 
 def load_for_inference(path: str | Path | SavedCheckpoint, device: str = "auto") -> LoadedModel:
@@ -182,14 +216,13 @@ def load_for_inference(path: str | Path | SavedCheckpoint, device: str = "auto")
             that are not finite.
     """
     from ..data import get_tokenizer
-    from ..models.quantize import load_quantized, quantization_of
     from .checkpoint import CheckpointError, non_finite_parameters
     from .environment import resolve_device
 
     saved = path if isinstance(path, SavedCheckpoint) else open_checkpoint(path)
     ckpt = saved.checkpoint
     dev = resolve_device(device)
-    model = load_quantized(ckpt) if quantization_of(ckpt) else _from_pretrained(ckpt)  # int8: `slmlab quantize`
+    model = _load_model(ckpt)
     bad = non_finite_parameters(model)
     if bad:
         raise CheckpointError(

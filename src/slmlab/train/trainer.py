@@ -74,6 +74,7 @@ class TrainState:
     best_acc: float = -1.0  # best validation accuracy (keep_best), -1 before the first evaluation
     best_step: int = -1
     last_eval: dict = field(default_factory=dict)
+    last_eval_step: int = -1  # the step ``last_eval`` was measured at (-1: none, or a checkpoint older than this field)
     stop_reason: str = ""
 
     def to_json(self, cfg: RunConfig, world_size: int) -> dict:
@@ -86,6 +87,7 @@ class TrainState:
             "best_acc": self.best_acc,
             "best_step": self.best_step,
             "last_eval": self.last_eval,
+            "last_eval_step": self.last_eval_step,
             "world_size": world_size,
             "global_batch_rows": cfg.batch_size * world_size,
             "seed": cfg.seed,
@@ -141,6 +143,7 @@ class Trainer:
         self.autocast = autocast_factory(self.device, cfg.precision)
         self.n_params = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
         self._window_tokens, self._window_time = 0, 0.0  # since the last metrics record
+        self._resumed_at = -1  # the step of the checkpoint this run resumed from
 
     # -- state ---------------------------------------------------------------------------------
     def resume(self, ckpt: str | Path) -> None:
@@ -160,7 +163,9 @@ class Trainer:
             best_acc=float(data.get("best_acc", -1.0)),
             best_step=int(data.get("best_step", -1)),
             last_eval=data.get("last_eval") or {},
+            last_eval_step=int(data.get("last_eval_step", -1)),
         )
+        self._resumed_at = self.state.step
 
     def load_checkpoint(self, ckpt: Path) -> dict:
         """Load the weights, optimiser and RNG of ``ckpt``, written at any world size, whole or sharded;
@@ -304,6 +309,7 @@ class Trainer:
     def _log_eval(self, metrics: MetricsLogger) -> dict:
         result = self.evaluate()
         self.state.last_eval = {k: v for k, v in result.items() if k != "acc_by_group"}
+        self.state.last_eval_step = self.state.step
         if "acc_by_group" in result:
             self.state.last_eval["acc_by_group"] = {str(k): v for k, v in result["acc_by_group"].items()}
         self.state.best_val_loss = min(self.state.best_val_loss, result["loss"])
@@ -344,7 +350,7 @@ class Trainer:
         progress = Progress(cfg.max_steps, st.step, cfg.progress and self.dist.is_main, cfg.log_every)
         self.train_model.train()
         self._window_tokens, self._window_time = 0, 0.0  # since the last metrics record
-        evaluated_at = -1
+        evaluated_at = st.last_eval_step  # a finished run resumed: its final evaluation is on record already
         try:
             while st.step < cfg.max_steps:
                 out = self.train_step(stream)
@@ -365,7 +371,8 @@ class Trainer:
             st.stop_reason = st.stop_reason or "max_steps reached"
             if evaluated_at != st.step:
                 self._log_eval(metrics)
-            self._save_and_wait()
+            if st.step != self._resumed_at:  # else the checkpoint it resumed from is this step's
+                self._save_and_wait()
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM through slmlab.train.signals
             st.stop_reason = getattr(err, "stop_reason", "interrupted (Ctrl-C)")
             self.optimizer.zero_grad(set_to_none=True)

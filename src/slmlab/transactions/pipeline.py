@@ -9,6 +9,7 @@ config, as the command split them).
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import time
@@ -262,16 +263,20 @@ def demo(quick: bool = False, checkpoint: str | Path | None = None, data: str | 
     # the demo's gradient-boosting fits are small; a full OpenMP pool on busy cores stalls them for minutes
     threadpool_limits(threads or 1)
     check_port(host, port)  # before minutes of training
-    if quick:
-        work = Path(data) if data else Path(tempfile.mkdtemp(prefix="slmlab-demo-"))
+    if not quick:
+        state = load_state(checkpoint, data)
+        log(f"demo on http://{host}:{port} (Ctrl-C stops it)")
+        return launch(state, host, port)
+    temporary = not data  # a folder of our own: removed when the demo stops, however it stops
+    work = Path(data) if data else Path(tempfile.mkdtemp(prefix="slmlab-demo-"))
+    try:
         state = quick_state(work)
         t = state.timings
         log(f"quick: generated the tiny bank in {t['generate_s']:.1f} s, trained lfm2_tiny in {t['train_s']:.1f} s"
-            f" (baselines and threshold {t['state_s']:.1f} s) -> {work}")
-    else:
-        if not data:
-            raise ValueError("--checkpoint needs --data, the bank folder the demo shows")
-        state = load_state(checkpoint, data)
-    log(f"demo on http://{host}:{port} (Ctrl-C stops it)")
-    return launch(state, host, port)
+            f" (baselines and threshold {t['state_s']:.1f} s) -> {work}{' (temporary)' if temporary else ''}")
+        log(f"demo on http://{host}:{port} (Ctrl-C stops it)")
+        return launch(state, host, port)
+    finally:
+        if temporary:
+            shutil.rmtree(work, ignore_errors=True)
 

@@ -23,12 +23,12 @@ amount that cannot be read raises a ``ValueError`` naming the row and the raw te
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from ...outputs import dumps_finite
 from .._deps import pd
 from .schema import CONFIGS, check_columns
 
@@ -209,5 +209,5 @@ def map_export(path: str | Path, column_map: str | Path | dict, out: str | Path,
                 "rows": {"transactions": len(df)}, "customers": int(df["customer_id"].nunique()),
                 "fraud_rate": float(df["is_fraud"].mean()) if "is_fraud" in df and len(df) else None,
                 "columns": list(df.columns)}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
+    (out / "manifest.json").write_text(dumps_finite(manifest, indent=1, default=str))
     return df

@@ -11,12 +11,12 @@ split that uses it (train: the end of train; validation: the start of test).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ...outputs import dumps_finite
 from .._deps import pd
 from .schema import FittedSchema, SchemaConfig, haversine_km, home_locations
 from .synth import PATTERNS, SynthConfig, SynthData
@@ -210,7 +210,7 @@ def export(data: SynthData, out: str | Path, fmt: str = "parquet", labels_separa
         "fraud_rate_by_pattern": {p: float((tx["fraud_type"] == p).mean()) for p in PATTERNS},
         "sha256": {name: hashlib.sha256(p.read_bytes()).hexdigest() for name, p in files.items()},
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    (out / "manifest.json").write_text(dumps_finite(manifest, indent=1))
     return manifest
 
 
@@ -222,8 +222,14 @@ def load_bank(folder: str | Path) -> SynthData:
         for ext in ("parquet", "csv"):
             p = folder / f"{name}.{ext}"
             if p.is_file():
-                df = pd.read_parquet(p) if ext == "parquet" else pd.read_csv(p, keep_default_na=True, dtype={
-                    "transaction_id": str, "customer_id": str, "merchant_id": str, "device_id": str, "card_id": str})
+                try:
+                    df = pd.read_parquet(p) if ext == "parquet" else pd.read_csv(p, keep_default_na=True, dtype={
+                        "transaction_id": str, "customer_id": str, "merchant_id": str, "device_id": str, "card_id": str})
+                except pd.errors.EmptyDataError:
+                    df = pd.DataFrame()
+                if required and df.empty:
+                    raise ValueError(f"{p} holds no {name} (0 rows); point --data at a bank with data (write one with"
+                                     " `slmlab transactions generate --out DIR`)")
                 for col, dt in (("tz_offset_min", np.int16), ("is_fraud", np.int8)):
                     if col in df:
                         df[col] = df[col].astype(dt)

@@ -463,6 +463,8 @@ class FittedSchema:
         Returns:
             warnings: one line per column of ``df`` unknown to the fitted schema (ignored by the model).
         """
+        if df.empty:
+            raise ValueError("the transactions to tokenise hold no rows; give a table with transactions")
         missing = [c for c in self.trained_columns() if c not in df.columns or not df[c].notna().any()]
         if missing:
             raise ValueError(f"column(s) {missing} the model was trained with are missing from every row of the data;"

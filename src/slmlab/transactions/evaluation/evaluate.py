@@ -14,12 +14,12 @@ undecided).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ...outputs import dumps_finite
 from .._deps import pd
 from ..data.bank import Bank
 from .baseline import HGB_VARIANTS, cached_hgb_scores, data_key
@@ -340,10 +340,19 @@ def usefulness_criteria(result: dict) -> list[dict]:
     return [c for c in out if c is not None]
 
 
+def _passed(delay: dict) -> str:
+    """``median / mean`` transactions passed before the first alert over detected cases, or what stands
+    in for them when no case of the pattern was detected (both are then undefined, never ``nan``)."""
+    median, mean = delay.get("passed_median"), delay.get("passed_mean")
+    if not all(isinstance(v, float) and np.isfinite(v) for v in (median, mean)):
+        return "n/a (no detections)"
+    return f"{median:.1f} / {mean:.2f}"
+
+
 def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out: Path) -> None:
     """``metrics.json``, ``report.md`` and ``pr_curve.png`` (matplotlib, when installed)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / "metrics.json").write_text(dumps_finite(result, indent=1, default=str))
     lines = ["# Fraud evaluation (test period)", "",
              f"Test transactions: {result['n_test']:,}, frauds: {result['n_test_fraud']:,}.", "",
              "| model | PR-AUC [95% CI] | ROC-AUC | recall@1%FPR | recall@0.1%FPR | card precision@100 |",
@@ -385,8 +394,8 @@ def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out
               "passed before the first alert (median / mean over detected cases; mean over all cases, an",
               "undetected case counting all of its transactions):", ""]
     for name, m in result["models"].items():
-        parts = [f"{p} {d['detected'] * d['cases']:.0f}/{d['cases']} detected, passed {d['passed_median']:.1f} /"
-                 f" {d['passed_mean']:.2f}; all {d['passed_mean_all']:.2f}" for p, d in m.get("detection_delay", {}).items()]
+        parts = [f"{p} {d['detected'] * d['cases']:.0f}/{d['cases']} detected, passed {_passed(d)}; all"
+                 f" {d['passed_mean_all']:.2f}" for p, d in m.get("detection_delay", {}).items()]
         lines.append(f"- {name}: " + ("; ".join(parts) or "no fraud cases in the test period"))
     (out / "report.md").write_text("\n".join(lines) + "\n")
     try:
