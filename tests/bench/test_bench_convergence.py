@@ -127,3 +127,35 @@ def test_a_short_bench_run_is_not_converged_on_its_row(tmp_path, capsys):
     assert cli.main(["bench", "report", str(out), "--write"]) == 0
     row = next(x for x in (out / "report.md").read_text().splitlines() if "attn2-z" in x)
     assert row.endswith("  not converged"), row
+
+
+# -- compare runs on tiny models ---------------------------------------------------------------
+
+
+def _compare(out, *extra):
+    from slmlab.cli import main
+
+    return main(["compare", "--models", "lumen", "--budget", "30k", "--tasks", TINY_TASK, "--batch-size", "8",
+                 "--seeds", "0", "--threads", "1", "--out", str(out), *extra])
+
+
+def _row(summary: str, model: str) -> list[str]:
+    return next(x for x in summary.splitlines() if x.startswith(f"| {model} |") and "/" in x).split(" | ")
+
+
+def test_a_ten_step_compare_writes_not_converged_on_its_rows(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert _compare(out, "--steps", "10", "--lrs", "3e-3") == 0
+    summary = (out / "summary.md").read_text()
+    assert _row(summary, "lumen")[4] == "not converged"
+    assert "a ceiling of 10 steps, stopping on a validation plateau of 200 steps" in summary
+    assert "![learning_curves](learning_curves.png)" in summary and (out / "learning_curves.png").is_file()
+    assert "not converged  steps 10 of 10" in capsys.readouterr().out
+
+
+def test_a_compare_run_that_plateaus_stops_and_writes_converged(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert _compare(out, "--steps", "200", "--patience", "4", "--eval-every", "2", "--lrs", "1e-9") == 0
+    summary = (out / "summary.md").read_text()
+    row = _row(summary, "lumen")
+    assert row[4] == "converged" and int(row[8]) == 6, row  # stopped at step 6 of the 200-step ceiling
