@@ -159,3 +159,11 @@ def test_a_compare_run_that_plateaus_stops_and_writes_converged(tmp_path, capsys
     summary = (out / "summary.md").read_text()
     row = _row(summary, "lumen")
     assert row[4] == "converged" and int(row[8]) == 6, row  # stopped at step 6 of the 200-step ceiling
+
+
+def test_a_claim_verdict_line_carries_its_rows_convergence_word():
+    from slmlab.bench.claims import _acc_text
+
+    row = {"acc": {"mean": 0.5, "values": [0.4, 0.5, 0.6]}, "ci": [0.4, 0.6], "best_lr": 1e-3, "steps": 100,
+           "seeds": [0, 1, 2], "convergence": "not converged (1 of 3 seeds)"}
+    assert _acc_text(row).endswith("100 steps of seed 0; not converged (1 of 3 seeds))")
