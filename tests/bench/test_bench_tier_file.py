@@ -15,7 +15,8 @@ from slmlab.bench.tier_file import builtin_tiers, load_tier_file, tier_path, tie
 def test_built_in_tiers_are_their_files(tier, runs, seeds, steps):
     """Each built-in name reads its own file; the counts, seeds and step budgets are the tiers the docs describe."""
     name, description, plans = load_tier_file(tier_path(tier))
-    assert list(builtin_tiers()) == ["cpu-smoke", "cpu-full", "gpu-paper", "micro", "claim-neollm-xsa",
+    assert list(builtin_tiers()) == ["cpu-smoke", "cpu-full", "gpu-paper", "micro", "ablation-neollm-recall",
+                                    "claim-neollm-xsa",
                                     "claim-pgsm-retrieval-dim", "claim-r1-t1-budget", "claim-t2-separation",
                                     "gpu-claims"]
     assert name == tier and description and tier_path(tier).parent.name == "tiers"
@@ -40,7 +41,7 @@ def test_bench_list_yaml_prints_the_tier_file(capsys, tmp_path):
     copy.write_text(capsys.readouterr().out)
     assert load_tier_file(copy) == load_tier_file(tier_path("cpu-full"))
     assert cli.main(["bench", "list", "--yaml", "nope"]) == 2
-    assert "unknown tier 'nope'; known: cpu-smoke, cpu-full, gpu-paper, micro, claim-" in capsys.readouterr().err
+    assert "unknown tier 'nope'; known: cpu-smoke, cpu-full, gpu-paper, micro, ablation-neollm-recall, claim-" in capsys.readouterr().err
 
 
 def test_a_group_is_the_product_of_its_lists_with_its_budget(tmp_path):

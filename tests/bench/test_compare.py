@@ -151,7 +151,7 @@ def test_compare_end_to_end_report_and_report_only(tmp_path, capsys):
     assert re.search(r"^\| lumen \| [\d,]+ / [\d,]+ \| 0.003 \|", summary, re.M)
     assert re.search(r"^\| pgsm \| [\d,]+ / [\d,]+ \| 0.003 \|", summary, re.M)
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["acc_vs_cache.png", "t7_acc_by_distance.png", "val_loss_vs_tokens.png"]
+    assert pngs == ["acc_vs_cache.png", "learning_curves.png", "t7_acc_by_distance.png", "val_loss_vs_tokens.png"]
     assert all((out / p).stat().st_size > 1000 for p in pngs)
     configs = json.loads((out / "fitted_configs.json").read_text())
     assert set(configs["models"]) == {"lumen", "pgsm"} and configs["tied"] is True

@@ -88,7 +88,7 @@ def _usable(row: dict | None) -> bool:
 def _acc_text(row: dict) -> str:
     a, ci = row["acc"], row["ci"]
     return (f"{a['mean']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] (seeds {', '.join(f'{v:.3f}' for v in a['values'])};"
-            f" lr {row['best_lr']:g}, {row['steps']} steps of seed {row['seeds'][0]})")
+            f" lr {row['best_lr']:g}, {row['steps']} steps of seed {row['seeds'][0]}; {row.get('convergence')})")
 
 
 def _missing(label: str, row: dict | None) -> str:

@@ -10,7 +10,9 @@ batch, learning-rate grid and seeds, with one report (``docs/compare.md``).
    (:func:`slmlab.bench.run.plan_run_config`: AdamW, warm-up then cosine, ``keep_best``, early stop,
    scored positions) and tested once with bootstrap intervals (:func:`slmlab.bench.run.held_out_metrics`);
    on text the validation bits per byte at the last step (the same validation batches for every model).
-   The budget is ``--steps``: no run has a time limit, so a run is the same on any machine.
+   Each run stops on a validation plateau (``--patience`` steps without a gain over the tolerances of
+   :mod:`slmlab.bench.convergence`), or at ``--steps``, the ceiling; no run has a time limit, so a run is
+   the same on any machine. Every row says ``converged`` or ``not converged`` by that rule.
 3. **Measure**: parameters (audit), cache bytes per token and constant state (the generic
    ``ModelCache.nbytes`` after prefills of two lengths, fitted as a line), training tokens/s (the run),
    decode tokens/s (``slmlab.generation.generate``, batch 1, greedy, fixed context).
@@ -87,10 +89,13 @@ class CompareSettings:
         models: registered family names.
         budget: non-embedding parameters each model is fitted to (±10%).
         data: text corpora (``shakespeare``) and task specs (``t7:cpu``), in order.
-        steps / batch_size / lrs / seeds: the shared training budget and grid (the lr chosen on
+        steps / batch_size / lrs / seeds: the shared step ceiling, batch and grid (the lr chosen on
             validation is reported; three seeds by default, what a claim needs).
+        patience: a run stops at the first evaluation after which ``patience`` steps brought no
+            validation gain over the convergence rule's tolerances (0: every run trains ``steps``).
         block_size: sequence length on text (tasks fix their own).
-        eval_every: validation cadence in steps (0: four evaluations per run).
+        eval_every: validation cadence in steps (0: four evaluations per patience window, or per run
+            without a patience).
         eval_batches: text validation batches per evaluation, the same for every model (0: the
             whole validation split); tasks always use their whole validation set.
         untied: keep separate input table and LM head (default: tied for every family).
@@ -102,7 +107,8 @@ class CompareSettings:
     models: tuple[str, ...]
     budget: int
     data: tuple[str, ...]
-    steps: int = 200
+    steps: int = 2000
+    patience: int = 200
     batch_size: int = 32
     lrs: tuple[float, ...] = (1e-3, 3e-3)
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -138,6 +144,8 @@ class CompareSettings:
                 raise ValueError(f"{name} must be a positive integer, got {value}")
         if self.eval_batches < 0:
             raise ValueError(f"--eval-batches must be >= 0 (0: the whole validation split), got {self.eval_batches}")
+        if self.patience < 0:
+            raise ValueError(f"--patience must be >= 0 steps (0: no plateau stop), got {self.patience}")
         if self.eval_every < 0:
             raise ValueError(f"--eval-every must be >= 0 (0: four evaluations per run), got {self.eval_every}")
         if any(not (lr > 0 and math.isfinite(lr)) for lr in self.lrs):
@@ -150,7 +158,7 @@ class CompareSettings:
 
     @property
     def cadence(self) -> int:
-        return self.eval_every or max(1, self.steps // 4)
+        return self.eval_every or max(1, min(self.steps, self.patience or self.steps) // 4)
 
 
 # -- fitting and checks ------------------------------------------------------------------------
@@ -266,7 +274,7 @@ class ComparePlan:
         return (f"{self.data}|{self.model}|lr={self.lr:g}|seed={self.seed}|b={settings.batch_size}"
                 f"|steps={settings.steps}|block={settings.block_size if not self.synthetic else '-'}"
                 f"|val={settings.eval_batches if not self.synthetic else '-'}"
-                f"|eval={settings.cadence}|{config}")
+                f"|eval={settings.cadence}|patience={settings.patience}|{config}")
 
     def folder(self, settings: CompareSettings) -> str:
         digest = hashlib.sha1(self.key(settings).encode()).hexdigest()[:8]
@@ -327,6 +335,7 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
     from ..train.run import build_trainer
     from ..train.signals import exit_status
     from ..train.trainer import TrainingDiverged
+    from .convergence import attach, read_curve
     from .run import ending
 
     run_dir = out / "runs" / plan.folder(settings)
@@ -334,6 +343,7 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
     cfg = run_config(settings, plan, run_dir)
     with contextlib.redirect_stdout(io.StringIO()), quiet_hf_progress():
         trainer = build_trainer(cfg)
+        attach(trainer, settings.patience)
         t0 = time.perf_counter()
         try:
             state = trainer.train()
@@ -364,6 +374,7 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
         record.update(val_loss=final.get("loss"), bits_per_byte=final.get("bits_per_byte"),
                       val_tokens=final.get("tokens"), val_scope=scope)
     record["curve"] = _curve(run_dir, state)
+    record.update(patience=settings.patience, val_curve=read_curve(run_dir))
     t1 = time.perf_counter()
     record.update(measure(model, trainer.source.seq_len if plan.synthetic else settings.block_size))
     measuring = time.perf_counter() - t1
@@ -543,6 +554,7 @@ def finished(line: dict) -> bool:
 
 def _settings_record(settings: CompareSettings) -> dict:
     return {"models": list(settings.models), "data": list(settings.data), "steps": settings.steps,
+            "patience": settings.patience,
             "batch_size": settings.batch_size, "lrs": list(settings.lrs), "seeds": list(settings.seeds),
             "block_size": settings.block_size, "eval_every": settings.cadence,
             "eval_batches": settings.eval_batches, "untied": settings.untied,
@@ -560,7 +572,10 @@ def _outcome(line: dict) -> str:
     else:
         ci = line["ci"]["acc"]
         metric = f"acc {line['acc']:.4f} [{ci[0]:.3f}, {ci[1]:.3f}]"
-    return (f"{metric}  steps {line['steps']}  {line['train_tokens_per_s']:,.0f} train tok/s"
+    from .convergence import line_judgement
+
+    return (f"{metric}  {line_judgement(line, 'val_curve').word}  steps {line['steps']} of {line['max_steps']}"
+            f"  {line['train_tokens_per_s']:,.0f} train tok/s"
             f"  {line['decode_tokens_per_s']:,.0f} decode tok/s  {line['wall_s']:.0f} s")
 
 

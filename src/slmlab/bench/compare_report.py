@@ -4,12 +4,16 @@ byte for byte): ``summary.md`` (tables), ``fitted_configs.json`` and the PNGs.
 * ``bpb_vs_params.png``: validation bits per byte vs non-embedding parameters (text data);
 * ``acc_vs_cache.png``: test accuracy vs cache bytes per token, one panel per task;
 * ``val_loss_vs_tokens.png``: validation loss vs training tokens per family, one panel per data;
-* ``t7_acc_by_distance.png``: T7 test accuracy by distance group per family.
+* ``t7_acc_by_distance.png``: T7 test accuracy by distance group per family;
+* ``learning_curves.png``: one panel per row, validation accuracy (loss on text) against steps for each
+  seed of the chosen lr, titled with the row's convergence word (runs that recorded ``val_curve``).
 
 A family's row uses the learning rate chosen on validation (seeds' mean: lowest validation bits per
 byte on text, highest validation accuracy on a task; never the test split), with the seeds' mean,
 per-seed values and a 95% interval across seeds (and test examples, on a task); a failed run is shown
-with its error, a diverged one with its step. A plot whose data is absent is skipped.
+with its error, a diverged one with its step. Every row says ``converged`` or ``not converged`` by the
+rule of :mod:`slmlab.bench.convergence` (``convergence unknown (run before the rule)`` for lines without
+a ``val_curve``). A plot whose data is absent is skipped.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..outputs import dumps_finite
-from .report import CLAIM_SEEDS
+from .convergence import line_judgement, row_word
+from .plots import LEARNING_CURVES, learning_curves
+from .report import CLAIM_SEEDS, CONVERGENCE_NOTE
 from .stats import seed_example_ci, seed_summary
 
-PLOTS = ("bpb_vs_params.png", "acc_vs_cache.png", "val_loss_vs_tokens.png", "t7_acc_by_distance.png")
+PLOTS = ("bpb_vs_params.png", "acc_vs_cache.png", "val_loss_vs_tokens.png", "t7_acc_by_distance.png", LEARNING_CURVES)
 
 
 def _order(lines: list[dict], field: str, setting: str) -> list[str]:
@@ -41,7 +47,8 @@ def best_rows(lines: list[dict]) -> dict[tuple[str, str], dict]:
     that diverged is listed with its step (``diverged``). A row: ``metric``, ``selected_on``, ``best_lr``,
     ``summary`` (seeds' mean / min / max / n / per-seed ``values``), ``ci`` (95% across seeds and test
     examples on a task, across seeds on text; None for one text seed), ``runs``, ``by_lr``
-    (``{lr: reported mean}``), ``val_by_lr``, ``diverged``, ``failed_runs``, ``incomplete``; or
+    (``{lr: reported mean}``), ``val_by_lr``, ``diverged``, ``failed_runs``, ``incomplete``, ``convergence``
+    (the rule's word over the chosen lr's seeds); or
     ``{"failed": error}`` / ``{"diverged_only": text}`` where no lr has a complete run.
     """
     groups: dict[tuple[str, str], dict[float, list[dict]]] = defaultdict(lambda: defaultdict(list))
@@ -94,7 +101,8 @@ def best_rows(lines: list[dict]) -> dict[tuple[str, str], dict]:
                      "summary": seed_summary(values), "ci": ci, "runs": runs,
                      "by_lr": {lr: seed_summary([r[metric] for r in usable[lr]])["mean"] for lr in sorted(usable)},
                      "val_by_lr": {lr: val[lr] for lr in sorted(usable)}, "diverged": gone,
-                     "failed_runs": len(failures.get(key, [])), "incomplete": incomplete.get(key, 0)}
+                     "failed_runs": len(failures.get(key, [])), "incomplete": incomplete.get(key, 0),
+                     "convergence": row_word([line_judgement(r, "val_curve") for r in runs])}
     return rows
 
 
@@ -132,7 +140,7 @@ def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
         f"# slmlab compare: {budget:,} non-embedding parameters",
         "",
         f"Every family fitted to the budget (±10%) by its scaling rule, embeddings"
-        f" {'untied' if settings.get('untied') else 'tied'}; the same data, {settings.get('steps')} steps, batch"
+        f" {'untied' if settings.get('untied') else 'tied'}; the same data, {_budget_text(settings)}, batch"
         f" {settings.get('batch_size')}, lr grid {', '.join(f'{lr:g}' for lr in settings.get('lrs', []))}, seeds"
         f" {', '.join(map(str, settings.get('seeds', [])))}; evaluations every {settings.get('eval_every')} steps."
         f" Each row is the lr chosen on validation (seeds' mean), with its seeds' mean and per-seed values.",
@@ -164,16 +172,16 @@ def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
                     " split: the lr is chosen on these same validation batches, so the figure is optimistic by"
                     " that choice.", "",
                     "| model | params total / embedding | lr (validation) | bits per byte: mean; per seed |"
-                    " 95% CI (seeds) | every lr | steps | train tok/s | decode tok/s | wall s |",
-                    "|---|---:|---:|---|---|---|---:|---:|---:|---:|"]
+                    " convergence | 95% CI (seeds) | every lr | steps | train tok/s | decode tok/s | wall s |",
+                    "|---|---:|---:|---|---|---|---|---:|---:|---:|---:|"]
         else:
             out += ["Test accuracy at the scored positions of the lr chosen on validation accuracy, over its"
                     " seeds, with a 95% interval across seeds and test examples (1,000 two-stage resamples).", "",
                     "| model | params total / embedding | lr (validation) | accuracy: mean; per seed |"
-                    " 95% CI (seeds × examples) | exact | every lr (validation → test) | steps | train tok/s |"
-                    " decode tok/s | wall s |",
-                    "|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|"]
-        blanks = " — |" * (8 if kind == "text" else 9)
+                    " convergence | 95% CI (seeds × examples) | exact | every lr (validation → test) | steps |"
+                    " train tok/s | decode tok/s | wall s |",
+                    "|---|---:|---:|---|---|---|---:|---|---:|---:|---:|---:|"]
+        blanks = " — |" * (9 if kind == "text" else 10)
         for model in models:
             row = rows.get((spec, model))
             if row is None:
@@ -189,6 +197,7 @@ def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
             mark = "" if s["n"] >= CLAIM_SEEDS else "*"
             few = few or bool(mark)
             value = f"{s['mean']:.{digits}f}{mark}; " + ", ".join(f"{v:.{digits}f}" for v in s["values"])
+            value += f" | {row['convergence']}"
             ci = "—" if row["ci"] is None else f"[{row['ci'][0]:.{digits}f}, {row['ci'][1]:.{digits}f}]"
             if kind == "text":
                 every = [f"{lr:g}: {m:.{digits}f}" for lr, m in row["by_lr"].items()]
@@ -211,6 +220,7 @@ def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
                            f" {r['steps']} | {speed} |")
     if few:
         out += ["", f"\\* fewer than {CLAIM_SEEDS} seeds: a reading, not a claim (`--seeds 0,1,2`)."]
+    out += ["", f"Convergence: {CONVERGENCE_NOTE[CONVERGENCE_NOTE.index(': ') + 2:]}."]
     out += ["", "## Scaling rules", ""]
     for model in models:
         fit = next((x["fit"] for x in lines if x["model"] == model), {})
@@ -220,6 +230,17 @@ def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
         out += ["", "## Plots", ""]
         out += [f"![{name[:-4]}]({name})" for name in plots]
     return "\n".join(out) + "\n"
+
+
+def _budget_text(settings: dict) -> str:
+    """The step budget as the settings state it: a ceiling with a plateau stop, or a fixed budget (lines
+    written before the plateau stop)."""
+    if "patience" not in settings:
+        return f"{settings.get('steps')} steps (a fixed budget: run before the plateau stop)"
+    if not settings["patience"]:
+        return f"{settings.get('steps')} steps (no plateau stop)"
+    return (f"a ceiling of {settings.get('steps')} steps, stopping on a validation plateau of {settings['patience']}"
+            " steps")
 
 
 def _cell(text: str) -> str:
@@ -318,6 +339,10 @@ def make_plots(lines: list[dict], out: Path) -> list[Path]:
             ax.set_title("T7 accuracy by distance (lr chosen on validation, first seed)")
             ax.legend(fontsize=7)
             _save(fig, out / PLOTS[3], written)
+        panels = [(f"{d} | {m}", ok[(d, m)]["convergence"],
+                   [(f"seed {r['seed']}", r["val_curve"]) for r in ok[(d, m)]["runs"] if r.get("val_curve")])
+                  for d in data for m in models if (d, m) in ok]
+        learning_curves(plt, [p for p in panels if p[2]], out / LEARNING_CURVES, written, _save)
     finally:
         plt.close("all")
     return written

@@ -23,6 +23,11 @@ _PGSM_RD_CPU = dict(block_size=128, dim=24, layers=3, hidden=48, kernel_size=17,
                     init_std=0.1)
 # NeoLLM at its defaults but small; Spelling Bee off (it spells token ids as text bytes: task ids are no text)
 _NEOLLM_BENCH = dict(use_spelling_bee_embeddings=False)
+# NeoLLM's fit at 200k non-embedding parameters (docs/results/compare-t2-200k/fitted_configs.json; Spelling Bee is
+# inert on a task, which has no byte table, so it is off as in the other bench rows of NeoLLM).
+_NEOLLM_200K = dict(_NEOLLM_BENCH, tie_word_embeddings=True, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=8, intermediate_size=408, use_hadamard_o_proj=True,
+                    iha_local_global_pattern="LLLG")
 _HYBRID = ["conv", "full_attention", "conv", "full_attention"]
 
 
@@ -81,6 +86,9 @@ MODELS: dict[str, ModelEntry] = {e.id: e for e in [
                "NeoLLM defaults at hidden 32, 2 layers (local window 4, then global), 4/2 heads of 8, intermediate 64,"
                " Spelling Bee off (the XSA claim)",
                None, (42_044, 25_660)),
+    ModelEntry("neollm-200k", "neollm", dict(_NEOLLM_200K), "NeoLLM fitted to 200k non-embedding parameters as"
+               " `slmlab compare` fits it (compare-t2-200k): hidden 32, 4 layers LLLG, 4/2 heads of 8, intermediate"
+               " 408, tied, Spelling Bee off (the recall ablation)", None, (192_670, 191_390), dict(vocab_size=40, T=32)),
     ModelEntry("neollm-gpu", "neollm:neollm-small", dict(_NEOLLM_BENCH),
                "NeoLLM small preset (hidden 256, 6 layers), Spelling Bee off (the XSA claim at GPU scale)", None,
                (6_028_476, 5_897_404)),

@@ -6,6 +6,7 @@ byte for byte (``tests/bench/test_bench_results_page.py``)."""
 from __future__ import annotations
 
 from .claims import claim_section, claims_for
+from .plots import LEARNING_CURVES
 from .report import best_of_lr, format_table, incomplete_note, latest, status
 
 
@@ -25,6 +26,8 @@ def results_page(lines: list[dict], name: str) -> str:
     for claim in claims_for(lines):
         out += claim_section(claim, rows)
     out += ["```text", format_table(rows), "```", ""]
+    if any(x.get("curve") for r in rows for x in r["lines"]):
+        out += [f"![learning curves](plots/{LEARNING_CURVES})", ""]
     if note:
         out += ["```text", note, "```", ""]
     return "\n".join(out)

@@ -9,6 +9,8 @@
   ``retrieval_dim`` (a sweep in ``model_config``), the seed-001 claim's curve.
 * ``best_acc.png``: every (task spec, model) at its best lr (chosen on validation), with the 95%
   interval across seeds and examples.
+* ``learning_curves.png``: one panel per row with a recorded curve: validation accuracy (loss on text)
+  against steps, one line per seed of the chosen lr, titled with the row's convergence word.
 Only complete runs are drawn (a run the ``max_time`` cap stopped, or a diverged one, is no point on any
 plot; :mod:`slmlab.bench.report`). A plot whose data is absent is skipped; :func:`make_plots` returns
 the files written.
@@ -52,9 +54,39 @@ def make_plots(lines: list[dict], out_dir: str | Path) -> list[Path]:
         for task, name in (("niah", "t5"), ("passkey", "t6")):
             _heatmap(plt, [x for x in lines if x["task"] == task], out / f"{name}_depth_length.png", task, written)
         _t7(plt, [r for r in rows if r["task"] == "t7"], out, written)
+        panels = [(f"{r['task_spec']} | {model_label(r)}", r["convergence"],
+                   [(f"seed {x['seed']}", x["curve"]) for x in r["lines"] if x.get("curve")]) for r in rows]
+        learning_curves(plt, [p for p in panels if p[2]], out / LEARNING_CURVES, written)
     finally:
         plt.close("all")
     return written
+
+
+LEARNING_CURVES = "learning_curves.png"
+
+
+def learning_curves(plt, panels: list[tuple[str, str, list]], path: Path, written: list[Path], save=None) -> None:
+    """One panel per row: ``(title, convergence word, [(label, curve), ...])``, a curve being
+    ``[[step, loss, acc or None], ...]``; accuracy where the curve has it, loss otherwise."""
+    if not panels:
+        return
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
+    for ax, (title, word, curves) in zip(axes.flat, panels):
+        acc = all(c[2] is not None for _, curve in curves for c in curve)
+        for label, curve in curves:
+            ax.plot([c[0] for c in curve], [c[2] if acc else c[1] for c in curve], marker="o", ms=2, label=label)
+        if acc:
+            ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel("validation accuracy" if acc else "validation loss", fontsize=7)
+        ax.set_xlabel("step", fontsize=7)
+        ax.set_title(f"{title}\n{word}", fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    (save or _save)(fig, path, written)
 
 
 def _best_acc(plt, rows, out, written) -> None:

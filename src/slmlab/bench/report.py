@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .anchors import Anchor
+from .convergence import ACC_TOL, LOSS_TOL, line_judgement, row_word
 from .stats import seed_example_ci, seed_summary
 
 CONFIG_KEYS = ("task", "task_spec", "model", "model_config", "d_model")
@@ -64,7 +65,9 @@ def best_of_lr(lines: list[dict]) -> list[dict]:
     (95% across seeds and test examples, :func:`slmlab.bench.stats.seed_example_ci`), ``claim`` (at least
     :data:`CLAIM_SEEDS` seeds), ``exact``, ``token_acc``, ``val``, ``by_lr`` (every lr's validation and test
     means, seed counts, diverged seeds), ``incomplete`` (lines the time cap stopped: not used), ``diverged``
-    (``[{lr, seed, step}]``) and ``lines``. A configuration without any usable lr has ``acc`` None.
+    (``[{lr, seed, step}]``), ``convergence`` (the rule's word over the chosen lr's seeds,
+    :func:`slmlab.bench.convergence.row_word`) and ``lines``. A configuration without any usable lr has
+    ``acc`` None.
     """
     groups: dict[tuple, dict[float, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for line in latest(lines):
@@ -91,7 +94,8 @@ def best_of_lr(lines: list[dict]) -> list[dict]:
                "params_total": first["params_total"],
                "params_nonembedding": first["params_nonembedding"], "state_floats": first["state_floats"],
                "by_lr": table, "incomplete": sum(status(x) == "incomplete" for x in every), "diverged": diverged,
-               "selected_on": "validation", "best_lr": None, "acc": None, "ci": None, "claim": False, "lines": []}
+               "selected_on": "validation", "best_lr": None, "acc": None, "ci": None, "claim": False, "lines": [],
+               "convergence": None}
         if candidates:
             best_lr = max(sorted(candidates), key=lambda lr: candidates[lr][0])
             best = candidates[best_lr][1]
@@ -103,6 +107,7 @@ def best_of_lr(lines: list[dict]) -> list[dict]:
                 val=candidates[best_lr][0], params_total=best[0]["params_total"],
                 params_nonembedding=best[0]["params_nonembedding"], state_floats=best[0]["state_floats"],
                 steps=best[0]["steps"], wall_s=best[0]["wall_s"], lines=best,
+                convergence=row_word([line_judgement(x) for x in best]),
             )
         out.append(row)
     return sorted(out, key=lambda r: (r["task"], r["task_spec"], r["model"], _config_order(r["model_config"]),
@@ -128,12 +133,19 @@ def _val(line: dict) -> float:
     return -1.0 if value is None else float(value)
 
 
+CONVERGENCE_NOTE = (
+    f"convergence (docs/bench.md, Convergence): a seed is not converged when its best validation accuracy rose by"
+    f" more than {ACC_TOL} or its best validation loss fell by more than {LOSS_TOL:.0%} over its last W steps (W: its"
+    f" patience, or a quarter of max_steps), or it ran fewer than W steps; converged otherwise, or when it stopped on"
+    f" the solved threshold; a row is converged when every seed is")
+
+
 def format_table(rows: list[dict]) -> str:
     """A plain-text table of :func:`best_of_lr` rows, then notes (rows under three seeds, diverged seeds,
     incomplete runs left out)."""
     width = max([16] + [len(model_label(r)) for r in rows])
     head = (f"{'task spec':<34} {'model':<{width}} {'d':>4} {'params':>9} {'state':>9} {'lr':>7}  {'acc (mean; per seed)':<30}"
-            f" {'95% CI (seeds x examples)':<26} {'exact':>6} {'steps':>6} {'wall s':>7}")
+            f" {'95% CI (seeds x examples)':<26} {'exact':>6} {'steps':>6} {'wall s':>7}  convergence")
     out = [head, "-" * len(head)]
     notes = []
     for r in rows:
@@ -153,11 +165,12 @@ def format_table(rows: list[dict]) -> str:
         ci = f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]"
         out.append(
             f"{start} {r['best_lr']:>7.1e}  {acc:<30} {ci:<26} {r['exact']['mean']:>6.3f} {r['steps']:>6}"
-            f" {r['wall_s']:>7.0f}" + (f"  ({'; '.join(flags)})" if flags else "")
+            f" {r['wall_s']:>7.0f}  {r['convergence']}" + (f"  ({'; '.join(flags)})" if flags else "")
         )
     if any(r["acc"] is not None and not r["claim"] for r in rows):
         notes.append(f"* fewer than {CLAIM_SEEDS} seeds complete: a reading, not a claim (bench run --seeds 0,1,2)")
     notes.append("lr chosen on validation accuracy (seeds' mean); test accuracy of that lr's complete seeds")
+    notes.append(CONVERGENCE_NOTE)
     return "\n".join(out + [""] + notes)
 
 

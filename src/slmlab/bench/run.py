@@ -30,6 +30,7 @@ from ..data.sources import TaskSource
 from ..data.tasks import parse_task_spec
 from ..evaluate.lm import evaluate_batches
 from ..outputs import dumps_finite
+from .convergence import attach, read_curve, stopped_on_plateau
 from .models import build_model, count_parameters, state_floats
 from .report import finished
 from .stats import bootstrap_ci, example_counts, metrics_from_counts
@@ -43,7 +44,7 @@ RESULT_FIELDS = (
     "tokens_seen", "wall_s", "stop_reason", "complete", "stop", "diverged_step",
     "acc", "token_acc", "exact", "ci", "examples", "example_counts", "best_step", "best_val_acc", "acc_by_group",
     "exact_by_group", "acc_by_length",
-    "leakage", "torch", "numpy",
+    "leakage", "patience", "curve", "torch", "numpy",
 )
 EARLY_STOP_ACC = 0.99  # validation accuracy that ends a run early (a function of the steps, so allowed)
 TEST_FIELDS = ("acc", "token_acc", "exact", "ci", "examples", "example_counts", "acc_by_group", "exact_by_group",
@@ -142,6 +143,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
     shutil.rmtree(run_dir, ignore_errors=True)  # an earlier attempt that was cut short starts over
     cfg = plan_run_config(plan, run_dir, device)
     trainer = Trainer(cfg, model, source, None, run_dir)
+    attach(trainer, plan.patience)
     diverged = None
     with quiet_hf_progress():
         t0 = time.perf_counter()
@@ -172,7 +174,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
         **test,
         "best_step": state.best_step, "best_val_acc": state.best_acc,
         "acc_by_length": None if diverged else _lengths(plan, task, model, trainer.device),
-        "leakage": source.leakage,
+        "leakage": source.leakage, "patience": plan.patience, "curve": read_curve(run_dir),
         "torch": torch.__version__, "numpy": np.__version__,
     }
     for name, value in record["task_config"].items():
@@ -183,7 +185,8 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
 def ending(total: int, state, diverged: tuple[int, str] | None = None) -> dict:
     """``complete``, ``stop`` and ``diverged_step`` of a run of ``total`` (``max_steps``) steps whose trainer
     ended in ``state``, or diverged (``(step, message)``): complete when it trained its ``max_steps`` or
-    stopped early on validation accuracy (both functions of the steps, not of the machine); otherwise
+    stopped early on validation accuracy or on a validation plateau (all functions of the steps, not of
+    the machine); otherwise
     the ``max_time`` safety cap stopped it. Read from the trainer's state, not its wording."""
     if diverged:
         step, message = diverged
@@ -195,6 +198,8 @@ def ending(total: int, state, diverged: tuple[int, str] | None = None) -> dict:
         return {"complete": True, "diverged_step": None,
                 "stop": f"early stop at step {state.step} of {total}: validation accuracy {state.best_acc:.4f}"
                         f" > {EARLY_STOP_ACC}"}
+    if stopped_on_plateau(state.stop_reason):
+        return {"complete": True, "diverged_step": None, "stop": state.stop_reason}
     return {"complete": False, "stop": f"max_time safety cap at step {state.step} of {total}", "diverged_step": None}
 
 

@@ -29,6 +29,9 @@ class RunPlan:
         train_on: ``scored`` or ``all`` (a full next-token LM on the training rows, safari style).
         model_config: config overrides as ``((field, value), ...)`` (e.g. ``(("d_model", 128),)``).
         constant_lr: constant learning rate after warm-up instead of cosine.
+        patience: stop on a validation plateau: at the first evaluation where no gain over the
+            convergence rule's tolerances happened in the last ``patience`` steps
+            (:mod:`slmlab.bench.convergence`); ``max_steps`` stays the ceiling. 0: run to ``max_steps``.
     """
 
     task: str
@@ -42,6 +45,7 @@ class RunPlan:
     train_on: str = "scored"
     model_config: tuple = ()
     constant_lr: bool = False
+    patience: int = 0
 
     @property
     def key(self) -> str:
@@ -51,7 +55,7 @@ class RunPlan:
         extra = ",".join(f"{k}={v}" for k, v in self.model_config)
         return (f"{self.task}|{self.model}{'[' + extra + ']' if extra else ''}|lr={self.lr:g}|seed={self.seed}"
                 f"|b={self.batch_size}|steps={self.max_steps}|eval={self.eval_every}|{self.train_on}"
-                f"{'|constant_lr' if self.constant_lr else ''}")
+                f"{'|constant_lr' if self.constant_lr else ''}{f'|patience={self.patience}' if self.patience else ''}")
 
     @property
     def task_name(self) -> str:

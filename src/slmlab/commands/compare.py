@@ -10,12 +10,13 @@ def compare_command(argv: list[str]) -> int:
 
     Every family is fitted to --budget (±10%) by its scaling rule, embeddings tied (--untied keeps
     them separate), then trained as `slmlab train` trains it on every --data corpus and --tasks task
-    with the same steps, batch, lr grid and seeds (three by default). The budget is --steps: no run has
-    a time limit. Each family's lr is chosen on validation; its row gives the seeds' mean, per-seed
-    values and a 95% interval across seeds (and test examples, on tasks); a diverged run is shown with
-    its step. The report folder (--out) holds summary.md, results.jsonl, fitted_configs.json and PNGs; a
-    rerun with the same --out skips finished runs, and --report-only DIR rebuilds the report from
-    DIR/results.jsonl alone. Details: docs/compare.md.
+    with the same step ceiling, batch, lr grid and seeds (three by default). A run stops on a validation
+    plateau (--patience steps without a gain) or at --steps, the ceiling; no run has a time limit, and
+    every row says converged or not converged (docs/bench.md, Convergence). Each family's lr is chosen
+    on validation; its row gives the seeds' mean, per-seed values and a 95% interval across seeds (and
+    test examples, on tasks); a diverged run is shown with its step. The report folder (--out) holds
+    summary.md, results.jsonl, fitted_configs.json and PNGs; a rerun with the same --out skips finished
+    runs, and --report-only DIR rebuilds the report from DIR/results.jsonl alone. Details: docs/compare.md.
 
     example: slmlab compare --models lumen,lfm2,pgsm,nanohammer,neollm --budget 2M --data shakespeare
              --tasks mqar:cpu,t7:cpu --steps 300 --lrs 1e-3,3e-3 --seeds 0,1,2 --out runs/compare
@@ -26,14 +27,17 @@ def compare_command(argv: list[str]) -> int:
     p.add_argument("--budget", default="2M", help="non-embedding parameters per model: 2M, 200k, 1500000 (default: 2M)")
     p.add_argument("--data", default="", help="comma-separated text corpora (e.g. shakespeare)")
     p.add_argument("--tasks", default="", help="comma-separated task specs (e.g. mqar:cpu,t7:cpu,n_train=512)")
-    p.add_argument("--steps", type=int, default=200, help="training steps per run (default: 200)")
+    p.add_argument("--steps", type=int, default=2000, help="step ceiling per run (default: 2000)")
+    p.add_argument("--patience", type=int, default=200,
+                   help="stop a run after this many steps without a validation gain (0: run to --steps; default: 200)")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: 32)")
     p.add_argument("--block-size", type=int, default=128, help="sequence length on text data (default: 128)")
     p.add_argument("--lrs", default="1e-3,3e-3",
                    help="learning-rate grid; the one best on validation is reported (default: %(default)s)")
     p.add_argument("--seeds", default="0,1,2",
                    help="comma-separated seeds; the report's rows are over them (default: %(default)s, what a claim needs)")
-    p.add_argument("--eval-every", type=int, default=0, help="validation cadence in steps (default: 4 per run)")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="validation cadence in steps (default: 4 per patience window, or per run)")
     p.add_argument("--eval-batches", type=int, default=16,
                    help="text validation batches per evaluation, the same for every model (0: whole split; default: 16)")
     p.add_argument("--untied", action="store_true", help="separate input table and LM head (default: tied)")
@@ -60,7 +64,8 @@ def compare_command(argv: list[str]) -> int:
     fixed = _parse_set(args.set)
     settings = CompareSettings(
         models=tuple(m.strip() for m in args.models.split(",") if m.strip()), budget=parse_budget(args.budget),
-        data=tuple(split_specs(args.data) + split_specs(args.tasks)), steps=args.steps, batch_size=args.batch_size,
+        data=tuple(split_specs(args.data) + split_specs(args.tasks)), steps=args.steps, patience=args.patience,
+        batch_size=args.batch_size,
         lrs=tuple(split_numbers(args.lrs, "--lrs")), seeds=tuple(split_numbers(args.seeds, "--seeds", int)),
         block_size=args.block_size, eval_every=args.eval_every, eval_batches=args.eval_batches, untied=args.untied,
         fixed=fixed, device=args.device,

@@ -1,0 +1,169 @@
+"""The convergence rule (``slmlab.bench.convergence``): values, boundaries, the plateau stop, a row's word."""
+
+from __future__ import annotations
+
+import pytest
+
+from slmlab.bench.convergence import (
+    ACC_TOL,
+    CONVERGED,
+    LOSS_TOL,
+    NOT_CONVERGED,
+    UNKNOWN,
+    Judgement,
+    PlateauStop,
+    judge,
+    row_word,
+    window,
+)
+
+
+def curve(accs, losses=None, every=10):
+    losses = losses or [1.0] * len(accs)
+    return [[every * (i + 1), loss, acc] for i, (acc, loss) in enumerate(zip(accs, losses))]
+
+
+def test_the_tolerances_are_what_the_docs_state():
+    assert (ACC_TOL, LOSS_TOL) == (0.01, 0.01)
+
+
+def test_a_rising_curve_is_not_converged_and_a_flat_one_is():
+    rising = curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    assert judge(rising, 20).word == NOT_CONVERGED
+    assert "0.4000 -> 0.6000" in judge(rising, 20).why
+    flat = curve([0.1, 0.5, 0.5, 0.5, 0.5, 0.5])
+    assert judge(flat, 20).word == CONVERGED
+
+
+def test_accuracy_gain_boundary_is_strict():
+    assert judge(curve([0.5, 0.5, 0.5 + ACC_TOL - 1e-9]), 10).word == CONVERGED
+    assert judge(curve([0.5, 0.5, 0.5 + ACC_TOL + 1e-6]), 10).word == NOT_CONVERGED
+
+
+def test_a_falling_loss_on_an_accuracy_plateau_is_still_improving():
+    plateau = curve([1 / 6] * 5, [1.8, 1.7, 1.6, 1.5, 1.4])
+    assert judge(plateau, 20).word == NOT_CONVERGED
+    assert "loss" in judge(plateau, 20).why
+    tiny_fall = curve([1 / 6] * 5, [1.0, 1.0, 1.0, 1.0, 1.0 * (1 - LOSS_TOL) + 1e-6])
+    assert judge(tiny_fall, 20).word == CONVERGED
+
+
+def test_text_curves_have_loss_only():
+    assert judge([[10, 3.0, None], [20, 2.0, None], [30, 1.0, None]], 10).word == NOT_CONVERGED
+    assert judge([[10, 3.0, None], [20, 1.0, None], [30, 1.0, None]], 10).word == CONVERGED
+
+
+def test_a_run_shorter_than_its_window_cannot_show_a_plateau():
+    short = curve([0.5, 0.5, 0.5], every=2)  # steps 2, 4, 6
+    assert judge(short, 6).word == NOT_CONVERGED and "shorter than the 6-step window" in judge(short, 6).why
+    assert judge(short, 4).word == CONVERGED  # an evaluation at step 2 = 6 - 4: the window is covered
+
+
+def test_a_solved_run_is_converged_and_a_missing_curve_is_unknown():
+    assert judge(curve([0.1, 0.995]), 1000, solved=True).word == CONVERGED
+    assert judge(None, 10).word == UNKNOWN and judge([], 10).word == UNKNOWN
+
+
+def test_the_window_is_the_patience_or_a_quarter_of_the_ceiling():
+    assert window(200, 2000) == 200 and window(0, 2000) == 500 and window(0, 3) == 1
+
+
+def test_the_plateau_stop_fires_when_the_rule_reads_converged():
+    stop = PlateauStop(patience=20, max_steps=1000)
+    reasons = [stop.observe(step, {"loss": 1.0, "acc": acc})
+               for step, acc in ((10, 0.1), (20, 0.3), (30, 0.3), (40, 0.3), (50, 0.3))]
+    assert reasons[:3] == ["", "", ""]  # step 30: the window reaches back to 10, where the best was lower
+    assert reasons[3].startswith("validation plateau at step 40 of 1000")
+    assert PlateauStop(patience=0, max_steps=10).observe(10, {"loss": 1.0}) == ""
+
+
+@pytest.mark.parametrize("words, expected", [
+    ([CONVERGED, CONVERGED], CONVERGED),
+    ([CONVERGED, NOT_CONVERGED, NOT_CONVERGED], "not converged (2 of 3 seeds)"),
+    ([NOT_CONVERGED], NOT_CONVERGED),
+    ([CONVERGED, UNKNOWN], UNKNOWN),
+    ([], UNKNOWN),
+])
+def test_a_row_is_converged_only_when_every_seed_is(words, expected):
+    assert row_word([Judgement(w, "") for w in words]) == expected
+
+
+# -- bench runs on tiny models -----------------------------------------------------------------
+
+TINY_TASK = "ar:cpu,T=16,n_train=64,n_test=32"
+
+
+def _tier(path, lr: float, max_steps: int, patience: int):
+    path.write_text(f"tier: tiny\ngroups:\n  - {{tasks: ['{TINY_TASK}'], models: [attn2-z], lrs: [{lr}], seeds: [0],"
+                    f" batch_size: 8, max_steps: {max_steps}, eval_every: 2, patience: {patience}}}\n")
+    return path
+
+
+def test_a_bench_run_that_plateaus_stops_on_its_patience_and_is_converged(tmp_path, capsys):
+    from slmlab import cli
+    from slmlab.bench.run import read_results
+
+    out = tmp_path / "bench"
+    tier = _tier(tmp_path / "plateau.yaml", 1e-9, 200, 4)  # lr 1e-9: nothing moves, a plateau from the start
+    assert cli.main(["bench", "run", "--tier", str(tier), "--out", str(out), "--threads", "1"]) == 0
+    (line,) = read_results(out)
+    assert line["complete"] and line["patience"] == 4 and line["steps"] == 6 < line["max_steps"]
+    assert line["stop"].startswith("validation plateau at step 6 of 200")
+    assert [p[0] for p in line["curve"]] == [2, 4, 6]
+    assert cli.main(["bench", "report", str(out), "--write"]) == 0
+    page = (out / "report.md").read_text()
+    row = next(x for x in page.splitlines() if "attn2-z" in x)
+    assert row.endswith("  converged"), row
+    assert "![learning curves](plots/learning_curves.png)" in page
+    assert (out / "plots" / "learning_curves.png").stat().st_size > 1000
+
+
+def test_a_short_bench_run_is_not_converged_on_its_row(tmp_path, capsys):
+    from slmlab import cli
+
+    out = tmp_path / "bench"
+    tier = _tier(tmp_path / "short.yaml", 3e-3, 10, 20)
+    assert cli.main(["bench", "run", "--tier", str(tier), "--out", str(out), "--threads", "1"]) == 0
+    assert cli.main(["bench", "report", str(out), "--write"]) == 0
+    row = next(x for x in (out / "report.md").read_text().splitlines() if "attn2-z" in x)
+    assert row.endswith("  not converged"), row
+
+
+# -- compare runs on tiny models ---------------------------------------------------------------
+
+
+def _compare(out, *extra):
+    from slmlab.cli import main
+
+    return main(["compare", "--models", "lumen", "--budget", "30k", "--tasks", TINY_TASK, "--batch-size", "8",
+                 "--seeds", "0", "--threads", "1", "--out", str(out), *extra])
+
+
+def _row(summary: str, model: str) -> list[str]:
+    return next(x for x in summary.splitlines() if x.startswith(f"| {model} |") and "/" in x).split(" | ")
+
+
+def test_a_ten_step_compare_writes_not_converged_on_its_rows(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert _compare(out, "--steps", "10", "--lrs", "3e-3") == 0
+    summary = (out / "summary.md").read_text()
+    assert _row(summary, "lumen")[4] == "not converged"
+    assert "a ceiling of 10 steps, stopping on a validation plateau of 200 steps" in summary
+    assert "![learning_curves](learning_curves.png)" in summary and (out / "learning_curves.png").is_file()
+    assert "not converged  steps 10 of 10" in capsys.readouterr().out
+
+
+def test_a_compare_run_that_plateaus_stops_and_writes_converged(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert _compare(out, "--steps", "200", "--patience", "4", "--eval-every", "2", "--lrs", "1e-9") == 0
+    summary = (out / "summary.md").read_text()
+    row = _row(summary, "lumen")
+    assert row[4] == "converged" and int(row[8]) == 6, row  # stopped at step 6 of the 200-step ceiling
+
+
+def test_a_claim_verdict_line_carries_its_rows_convergence_word():
+    from slmlab.bench.claims import _acc_text
+
+    row = {"acc": {"mean": 0.5, "values": [0.4, 0.5, 0.6]}, "ci": [0.4, 0.6], "best_lr": 1e-3, "steps": 100,
+           "seeds": [0, 1, 2], "convergence": "not converged (1 of 3 seeds)"}
+    assert _acc_text(row).endswith("100 steps of seed 0; not converged (1 of 3 seeds))")
