@@ -66,6 +66,12 @@ def publish_modes(folder: str | Path) -> None:
             os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
+def publish_file_mode(path: str | Path) -> None:
+    """Give one file the mode of an ordinary new file (``0o666`` less the umask): a file written through
+    :func:`tempfile.mkstemp` and renamed into place would otherwise stay private (0600)."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
 @contextmanager
 def staged_folder(out: str | Path, flag: str = "OUT", own: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Write a folder through a temporary sibling: yields the temporary folder; on a normal exit it

@@ -68,6 +68,10 @@ CASES = [
          lambda w, t: (t / "empty").mkdir() or (t / "link").symlink_to(t / "empty")),
     Case("merge --out a symbolic link", "finetune {lora} --merge --out {tmp}/link", ("is a symbolic link",),
          lambda w, t: (t / "link").symlink_to(t / "nowhere")),
+    Case("export onto a symbolic link", "export {run} --to hf {tmp}/link", ("is a symbolic link", "name the folder itself"),
+         lambda w, t: (t / "empty").mkdir() or (t / "link").symlink_to(t / "empty")),
+    Case("export --force onto a symbolic link", "export {run} --to hf {tmp}/link --force", ("is a symbolic link",),
+         lambda w, t: victim(t) and (t / "link").symlink_to(t / "victim")),
     # 6. messages: each names the value and what to do
     Case("generate: undecodable --prompt", "generate {run} --prompt \udcffab",
          ("--prompt is not valid UTF-8", "byte 0xff at character 0", "pass UTF-8 text")),
@@ -437,3 +441,19 @@ def test_files_and_folders_have_ordinary_modes(world):
     folders = {p.relative_to(root).as_posix() for p in paths if p.is_dir() and stat.S_IMODE(p.stat().st_mode) != 0o777 & ~mask}
     assert any(p.name == "model.safetensors" for p in paths) and any("tokens" in p.parts for p in paths)
     assert not files and not folders, (sorted(files)[:5], sorted(folders)[:5])
+
+
+def test_exports_have_ordinary_modes(world, tmp_path):
+    """An export folder is written through a temporary (0700) and a GGUF file through mkstemp (0600): both
+    are published with the umask's modes, as every other file a command writes."""
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert cli.main(["export", str(world["run"]), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert cli.main(["export", str(world["run"]), "--to", "gguf", str(tmp_path / "m.gguf")]) == 0
+    paths = [tmp_path / "hf", tmp_path / "m.gguf", *(tmp_path / "hf").rglob("*")]
+    wrong = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in paths
+             if stat.S_IMODE(p.stat().st_mode) != (0o777 if p.is_dir() else 0o666) & ~mask}
+    assert len(paths) > 4 and not wrong, wrong

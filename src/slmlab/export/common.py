@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +96,8 @@ def check_output_folder(out: Path, *, force: bool, source: Path | None = None) -
     """Refuse an output that is a file, an existing non-empty folder (unless ``force``), or, even
     with ``force``, a folder that holds the source itself (replacing it would delete the model)."""
     out = Path(out)
+    if out.is_symlink():  # replacing it would replace the link (or, with --force, delete where it points)
+        raise ValueError(f"output {out} is a symbolic link (to {os.readlink(out)}); name the folder itself or a new one")
     if out.exists() and not out.is_dir():
         raise ValueError(f"output {out} is a file; choose a folder for the export")
     if out.is_dir() and any(out.iterdir()):
@@ -113,19 +114,11 @@ def check_output_folder(out: Path, *, force: bool, source: Path | None = None) -
 @contextlib.contextmanager
 def output_folder(out: Path, *, force: bool, source: Path | None = None) -> Iterator[Path]:
     """A temporary folder beside ``out`` to write the export into; when the block ends without an
-    error it replaces ``out`` (an interrupted export leaves ``out`` as it was and no temporary)."""
-    out = Path(out)
+    error it replaces ``out`` (an interrupted export leaves ``out`` as it was and no temporary). The
+    house's one output-folder contract (:func:`slmlab.outputs.staged_folder`), with ``--force`` as what
+    lets an earlier folder be replaced."""
+    from ..outputs import staged_folder
+
     check_output_folder(out, force=force, source=source)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with staged_folder(out, "output", own=lambda _: force) as tmp:
         yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)

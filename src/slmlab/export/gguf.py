@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..data.chat import plain_chat_template
+from ..outputs import publish_file_mode
 
 if TYPE_CHECKING:
     from ..models.export_info import GGUFLayout
@@ -316,6 +317,7 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
+        publish_file_mode(tmp)  # 0644 under the usual umask, not mkstemp's 0600
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):

@@ -41,6 +41,7 @@ import torch
 
 from ..data.paths import resolve_cache_dir
 from ..layers import quantized
+from ..outputs import publish_file_mode
 from .plan import DecodePlan, StepFn
 
 logger = logging.getLogger("slmlab.generation")
@@ -140,6 +141,7 @@ def _compile(step_fn: StepFn, weights: Any, states: list, batch: int, path: Path
         os.close(fd)
         try:
             torch._inductor.aoti_compile_and_package(program, package_path=tmp)
+            publish_file_mode(tmp)  # a shared cache: 0644 under the usual umask, not mkstemp's 0600
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
