@@ -457,3 +457,20 @@ def test_exports_have_ordinary_modes(world, tmp_path):
     wrong = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in paths
              if stat.S_IMODE(p.stat().st_mode) != (0o777 if p.is_dir() else 0o666) & ~mask}
     assert len(paths) > 4 and not wrong, wrong
+
+
+def test_a_comparison_whose_every_run_failed_is_not_a_success(tmp_path, monkeypatch, capsys):
+    """`compare` exited 0 when every run failed; one run that works keeps the exit 0 (the report shows the rest)."""
+    from slmlab.bench import compare
+
+    argv = ["compare", "--models", "lumen", "--budget", "30k", "--tasks", "ar:cpu,T=16,n_train=64,n_test=32",
+            "--batch-size", "8", "--seeds", "0", "--steps", "3", "--lrs", "1e-3", "--threads", "1"]
+    real = compare.run_one
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the device fell over")
+
+    monkeypatch.setattr(compare, "run_one", broken)
+    refused(capsys, [*argv, "--out", str(tmp_path / "all")], ("all 1 runs failed", "the device fell over", "rerun"))
+    monkeypatch.setattr(compare, "run_one", real)
+    assert cli.main([*argv, "--out", str(tmp_path / "all")]) == 0  # the rerun retries the failed run, which now works

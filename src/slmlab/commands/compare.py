@@ -79,6 +79,11 @@ def compare_command(argv: list[str]) -> int:
     result = run_compare(settings, args.out)
     print(f"slmlab compare: report in {args.out}: {', '.join(p.name for p in result['written'])}")
     print(overhead_line(result["timing"]))
+    failed = [line for line in result["lines"] if line.get("status") == "failed"]
+    if failed and len(failed) == len(result["lines"]):  # nothing was compared: not a success
+        raise ValueError(f"all {len(failed)} runs failed (first: {failed[0].get('model')}: {failed[0].get('error')});"
+                         f" each run's error is in {args.out}/results.jsonl: fix the cause and rerun (failed runs are"
+                         " retried)")
     return 0
 
 
