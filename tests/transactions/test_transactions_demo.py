@@ -47,12 +47,17 @@ def test_quick_state_scores_and_writes_a_checkpoint(state):
 
 @pytest.mark.slow
 def test_stacked_model_scores_every_row(state):
-    pytest.importorskip("slmlab.transactions.evaluation.stacking")
+    from slmlab.transactions.evaluation.baseline import hgb_scores
+    from slmlab.transactions.evaluation.score import score_bank
+
     with threadpool_limits(1):
-        out = demo.stacked_model_scores(state.model, state.bank)
+        scores = {"hgb_rolling": hgb_scores(state.bank, rolling=True)[0],
+                  "sequence": score_bank(state.model, state.bank, state.bank.cuts["val_start"])}
+        out = demo.stacked_model_scores(scores, state.bank)
     assert list(out) == ["stacked"]
     s = out["stacked"]
-    assert s.shape == (len(state.bank.df),) and np.all((s >= 0) & (s <= 1))
+    test = state.bank.period_mask(state.bank.cuts["test_start"], None)
+    assert s.shape == (len(state.bank.df),) and np.all((s[test] >= 0) & (s[test] <= 1))
 
 
 @pytest.mark.slow
