@@ -242,3 +242,34 @@ def test_occupied_port_is_refused_naming_it():
         port = s.getsockname()[1]
         with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is in use"):
             check_port("127.0.0.1", port)
+
+
+def test_quick_demo_removes_its_temporary_folder(monkeypatch, tmp_path):
+    import tempfile
+    from types import SimpleNamespace
+
+    from slmlab.transactions import pipeline
+    from slmlab.transactions.demo import app
+    from slmlab.transactions.demo import state as state_mod
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = []
+
+    def quick_state(work):
+        (work / "bank").mkdir(parents=True)
+        seen.append(work)
+        return SimpleNamespace(timings={"generate_s": 0.0, "train_s": 0.0, "state_s": 0.0})
+
+    monkeypatch.setattr(state_mod, "quick_state", quick_state)
+    monkeypatch.setattr(app, "check_port", lambda host, port: None)
+    monkeypatch.setattr(app, "launch", lambda state, host, port: "served")
+    assert pipeline.demo(quick=True, log=lambda *_: None) == "served"
+    assert seen[0].name.startswith("slmlab-demo-") and not seen[0].exists()
+    monkeypatch.setattr(app, "launch", lambda state, host, port: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C while serving: removed too
+        pipeline.demo(quick=True, log=lambda *_: None)
+    assert not seen[1].exists() and not list(tmp_path.glob("slmlab-demo-*"))
+    kept = tmp_path / "mine"
+    monkeypatch.setattr(app, "launch", lambda state, host, port: "served")
+    pipeline.demo(quick=True, data=kept, log=lambda *_: None)
+    assert (kept / "bank").is_dir()  # an explicit --data folder stays
