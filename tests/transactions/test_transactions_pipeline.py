@@ -157,7 +157,8 @@ def test_streaming_scorer_scores_each_transaction_once(bank_data):
 
 def test_hgb_baselines_and_report_end_to_end(bank, tmp_path):
     result = evaluate_models(bank, None, tmp_path, n_boot=20)
-    assert set(result["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk"}
+    assert set(result["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "token_lr"}
+    assert result["hgb"]["token_lr"]["C"] in (0.03, 0.3, 3.0) and result["hgb"]["token_lr"]["fit_frauds"] > 0
     for m in result["models"].values():
         assert 0 <= m["pr_auc"] <= 1 and 0 <= m["roc_auc"] <= 1
         assert 0 <= m["amount_weighted_recall"] <= 1
@@ -171,7 +172,8 @@ def test_hgb_baselines_and_report_end_to_end(bank, tmp_path):
         assert m["val_threshold_counts"]["positives"] == 0 and m["threshold_source"].startswith("validation")
         assert np.isfinite(m["val_threshold_1pct"]) and m["val_threshold_fpr"] <= 0.01
         assert f"- {name} (threshold " in report
-        assert result["hgb"][name]["n_iter_selection"] == "all iterations (no validation positive)"
+        key = "C_selection" if name == "token_lr" else "n_iter_selection"
+        assert result["hgb"][name][key].endswith("(no validation positive)"), name
     assert max(max(m["per_pattern_recall"].values()) for m in result["models"].values()) > 0
     assert (tmp_path / "report.md").is_file() and (tmp_path / "metrics.json").is_file()
     assert result["bootstrap"]["resamples"] > 0

@@ -333,3 +333,20 @@ def test_cli_stacking_and_label_fraction_end_to_end(bank_data, tmp_path):
     for arm in ("pretrained", "scratch"):
         for k in range(3):
             assert (tmp_path / "rep" / "label_fraction" / f"{arm}-s{k}" / "checkpoints").is_dir()
+
+
+@pytest.mark.slow
+def test_stacked_is_within_002_of_its_best_input_on_the_small_bank(tmp_path):
+    """The bound on the ``small`` preset (1,500 customers; ~10 CPU-minutes): stacked's test PR-AUC >= the
+    best input's - 0.02, with a briefly fine-tuned sequence model as the second input."""
+    from slmlab.transactions.data.synth import SynthConfig, generate
+
+    data = generate(SynthConfig.from_preset("small"))
+    small = prepare_bank(data.transactions, preset_schema("lfm2_tiny"), data.customers)
+    ft = finetune(small, tmp_path / "ft", None, overrides=["max_steps=40", "batch_size=32", "progress=false",
+                                                           "device=cpu"], keep_negative=0.2).model.eval()
+    result = evaluate_models(small, ft, None, n_boot=20)
+    m = result["models"]
+    inputs = m["stacked"]["stacker"]["inputs"]
+    assert inputs == ["hgb_rolling", "sequence"] and m["stacked"]["stacker"]["val_frauds"] >= 10
+    assert m["stacked"]["pr_auc"] >= max(m[n]["pr_auc"] for n in inputs) - 0.02

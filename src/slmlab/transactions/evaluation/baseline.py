@@ -141,7 +141,9 @@ def token_lr_scores(bank: Bank, split=hgb_split, grid=TOKEN_LR_C) -> tuple[np.nd
         fits[c] = (ap, model)
     best = max(grid, key=lambda c: -1.0 if np.isnan(fits[c][0]) else fits[c][0])
     scores = fits[best][1].predict_proba(X)[:, 1]
+    selection = "validation PR-AUC" if y_va.sum() else "the first of the grid (no validation positive)"
     return scores, {"features": [f"{n} (one-hot)" for n in bank.fitted.schema.names[:k + 1]], "C": float(best),
+                    "C_selection": selection,
                     "val_pr_auc_by_C": {str(c): fits[c][0] for c in grid}, "fit_rows": int(len(tr_rows)),
                     "fit_frauds": int((y_tr == 1).sum()), "total_seconds": time.perf_counter() - t0}
 
