@@ -173,7 +173,7 @@ def test_cli_finetunes_joint_fusion_and_scores(bank_data, tmp_path, capsys):
     assert (tmp_path / "s.csv").stat().st_size > 0
 
 
-# -- evaluation: the booster cache, validation-only stacking, joint models under criterion 2 --------------
+# -- evaluation: the booster cache, joint models as stacker inputs and under criterion 2 -----------------
 def test_booster_cache_reads_back_identical_scores_and_misses_on_other_data(bank, tmp_path):
     from slmlab.transactions.data.bank import Bank
     from slmlab.transactions.evaluation.baseline import cached_hgb_scores, data_key, hgb_scores
@@ -212,14 +212,14 @@ def test_joint_models_feed_the_stacker_and_can_be_the_primary_of_criterion_2(joi
         "2 useful", "2 useful, secondary (stacked)"]
 
 
-def test_cli_evaluate_with_also_cache_and_validation_stacking(bank_data, tmp_path, capsys):
+def test_cli_evaluate_with_also_cache_and_the_stacker(bank_data, tmp_path, capsys):
     export(bank_data, tmp_path / "bank", "csv")
     d = str(tmp_path / "bank")
     for out, extra in (("ft", []), ("ftj", ["--tabular", "rolling"])):
         assert main(["transactions", "finetune", "--data", d, "--out", str(tmp_path / out), *extra,
                      "max_steps=1", "batch_size=4"]) == 0
     args = ["transactions", "evaluate", "--data", d, "--model", str(tmp_path / "ft"), "--bootstrap", "10",
-            "--stacking", "--stack-fit", "validation", "--cache", str(tmp_path / "cache"),
+            "--cache", str(tmp_path / "cache"),
             "--also", f"joint={tmp_path / 'ftj'}"]
     assert main([*args, "--out", str(tmp_path / "r1")]) == 0
     report = (tmp_path / "r1" / "report.md").read_text()

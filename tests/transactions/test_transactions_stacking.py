@@ -5,6 +5,7 @@ the evaluation report."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -301,8 +302,11 @@ def test_cli_bad_input(bank_data, tmp_path, capsys):
     export(bank_data, tmp_path / "bank", "parquet")
     common = ["--data", str(tmp_path / "bank"), "--threads", "1", "--device", "cpu"]
     cases = [
-        (["evaluate", *common, "--out", str(tmp_path / "r"), "--stacking"], "--stacking needs --model"),
         (["evaluate", *common, "--out", str(tmp_path / "r"), "--label-fraction", "0.1"], "go together"),
+        (["evaluate", *common, "--out", str(tmp_path / "r"), "--seeds", "2"], "--seeds 2 counts the --label-fraction"),
+        (["evaluate", *common, "--out", str(tmp_path / "r"), "--primary", "stacked"], "--primary stacked needs --model"),
+        (["evaluate", *common, "--out", str(tmp_path / "r"), "--primary", "hgb_rolling_encoder"],
+         "--primary hgb_rolling_encoder needs --encoder"),
         (["evaluate", *common, "--out", str(tmp_path / "r"), "--label-fraction", "1.5", "--encoder", "x"],
          "label fraction must be in"),
         (["finetune", *common, "--out", str(tmp_path / "f"), "--label-fraction", "0", *STEPS],
@@ -314,24 +318,78 @@ def test_cli_bad_input(bank_data, tmp_path, capsys):
         assert "slmlab transactions: error:" in err and msg in err
 
 
+@pytest.mark.parametrize("flags, msg", [
+    (["--stacking"], "--stacking was removed; the stacker is now always the out-of-fold blend"),
+    (["--stack-fit", "validation"], "--stack-fit was removed; the stacker is now always the out-of-fold blend"),
+    (["--stack-fit=both"], "--stack-fit was removed"),
+    (["--primary", "joint"], "--primary 'joint': not a primary comparison; choose one of stacked, hgb_rolling_encoder"),
+    (["--seeds", "0"], "--seeds '0': not a seed count; give a whole number >= 1"),
+    (["--seeds", "two"], "--seeds 'two': not a seed count"),
+])
+def test_cli_evaluate_refuses_removed_flags_and_bad_choices_in_one_line(flags, msg, tmp_path, capsys):
+    """A removed flag is an error naming what replaced it (never silently accepted); a bad --primary or
+    --seeds names the value and the choices. One line (no usage block), exit 2, before anything loads."""
+    with pytest.raises(SystemExit) as exc:
+        main(["transactions", "evaluate", "--data", str(tmp_path / "none"), "--out", str(tmp_path / "r"), *flags])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(f"slmlab transactions evaluate: error: {msg}"), err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.rstrip().endswith("drop the flag") == ("removed" in msg), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_evaluate_passes_primary_and_seeds_to_the_pipeline(tmp_path, monkeypatch, capsys):
+    from slmlab.transactions import pipeline
+
+    seen = {}
+
+    def fake_evaluate(data, out, model, bootstrap, **kw):
+        seen.update(kw)
+        Path(out).mkdir(parents=True)
+        Path(out, "report.md").write_text("report")
+        return {"models": {}}
+
+    monkeypatch.setattr(pipeline, "evaluate", fake_evaluate)
+    argv = ["transactions", "evaluate", "--data", "bank", "--out", str(tmp_path / "r"), "--encoder", "pre",
+            "--label-fraction", "0.1", "--seeds", "5", "--primary", "hgb_rolling_encoder"]
+    assert main(argv) == 0 and "report" in capsys.readouterr().out
+    assert seen["seeds"] == 5 and seen["primary"] == "hgb_rolling_encoder" and seen["label_fraction"] == 0.1
+    assert main(["transactions", "evaluate", "--data", "bank", "--out", str(tmp_path / "r2")]) == 0
+    assert seen["seeds"] is None and seen["primary"] is None  # the pipeline's defaults: 3 seeds, stacked or encoder
+
+
+def test_cli_evaluate_help_names_the_new_flags_and_not_the_removed_ones(capsys):
+    with pytest.raises(SystemExit):
+        main(["transactions", "evaluate", "--help"])
+    text = capsys.readouterr().out
+    assert "--primary NAME" in text and "stacked, hgb_rolling_encoder" in text and "--seeds N" in text
+    assert "--stacking" not in text and "--stack-fit" not in text
+
+
 @pytest.mark.slow
-def test_cli_stacking_and_label_fraction_end_to_end(bank_data, tmp_path):
+def test_cli_stacker_primary_and_seeded_label_fraction_end_to_end(bank_data, tmp_path):
     export(bank_data, tmp_path / "bank", "parquet")
     common = ["--data", str(tmp_path / "bank"), "--threads", "1", "--device", "cpu"]
     assert main(["transactions", "pretrain", *common, "--out", str(tmp_path / "pre"), *STEPS]) == 0
     assert main(["transactions", "finetune", *common, "--encoder", str(tmp_path / "pre"), "--out",
                  str(tmp_path / "ft"), "--label-fraction", "0.5", *STEPS]) == 0
     assert main(["transactions", "evaluate", *common, "--model", str(tmp_path / "ft"), "--out", str(tmp_path / "rep"),
-                 "--bootstrap", "10", "--stacking", "--label-fraction", "0.5", "--encoder", str(tmp_path / "pre"),
-                 "--keep-negative", "0.5", "max_steps=2", "batch_size=8", "progress=false"]) == 0
+                 "--bootstrap", "10", "--label-fraction", "0.5", "--encoder", str(tmp_path / "pre"), "--seeds", "2",
+                 "--primary", "hgb_rolling_encoder", "--keep-negative", "0.5", "max_steps=2", "batch_size=8",
+                 "progress=false"]) == 0
     m = json.loads((tmp_path / "rep" / "metrics.json").read_text())
-    arms = {"lf_pretrained": [f"lf_pretrained_s{k}" for k in range(3)], "lf_scratch": [f"lf_scratch_s{k}" for k in range(3)]}
+    arms = {"lf_pretrained": [f"lf_pretrained_s{k}" for k in range(2)], "lf_scratch": [f"lf_scratch_s{k}" for k in range(2)]}
     assert {"stacked", "hgb_rolling_encoder", *arms["lf_pretrained"], *arms["lf_scratch"]} <= set(m["models"])
+    assert not {"lf_pretrained_s2", "lf_scratch_s2"} & set(m["models"])  # --seeds 2: two fine-tunes per arm
     assert {"pr_auc", "mean", "seeds"} <= set(m["bootstrap"]["lf_pretrained - lf_scratch"])
     assert m["bootstrap"]["lf_pretrained - lf_scratch"]["seeds"] == arms and m["arms"]["lf_scratch"]["seeds"] == arms["lf_scratch"]
+    criteria = {c["criterion"]: c for c in m["criteria"]}
+    assert m["primary"] == "hgb_rolling_encoder - hgb_rolling"  # --primary, declared before the run
+    assert criteria["2 useful"]["difference"] == "hgb_rolling_encoder - hgb_rolling" and criteria["2 useful"]["counted"]
+    assert criteria["2 useful, secondary (stacked)"]["counted"] is False
     assert [c["criterion"] for c in m["criteria"]][-1] == "4 pretraining pays"
     for arm in ("pretrained", "scratch"):
-        for k in range(3):
+        for k in range(2):
             assert (tmp_path / "rep" / "label_fraction" / f"{arm}-s{k}" / "checkpoints").is_dir()
 
 
