@@ -4,6 +4,7 @@ the evaluation report."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from slmlab.transactions.model import TxnEncoderConfig, preset_schema  # noqa: E
 from slmlab.transactions.training import finetune  # noqa: E402
 
 STEPS = ["max_steps=2", "batch_size=8", "progress=false", "device=cpu"]
+BENCH_STACKER = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_transactions_stacker.py"
 
 
 @pytest.fixture(scope="module")
@@ -393,18 +395,21 @@ def test_cli_stacker_primary_and_seeded_label_fraction_end_to_end(bank_data, tmp
             assert (tmp_path / "rep" / "label_fraction" / f"{arm}-s{k}" / "checkpoints").is_dir()
 
 
-@pytest.mark.slow
-def test_stacked_is_within_002_of_its_best_input_on_the_small_bank(tmp_path):
-    """The bound on the ``small`` preset (1,500 customers; ~10 CPU-minutes): stacked's test PR-AUC >= the
-    best input's - 0.02, with a briefly fine-tuned sequence model as the second input."""
-    from slmlab.transactions.data.synth import SynthConfig, generate
-
-    data = generate(SynthConfig.from_preset("small"))
-    small = prepare_bank(data.transactions, preset_schema("lfm2_tiny"), data.customers)
-    ft = finetune(small, tmp_path / "ft", None, overrides=["max_steps=40", "batch_size=32", "progress=false",
-                                                           "device=cpu"], keep_negative=0.2).model.eval()
-    result = evaluate_models(small, ft, None, n_boot=20)
-    m = result["models"]
-    inputs = m["stacked"]["stacker"]["inputs"]
-    assert inputs == ["hgb_rolling", "sequence"] and m["stacked"]["stacker"]["val_frauds"] >= 10
-    assert m["stacked"]["pr_auc"] >= max(m[n]["pr_auc"] for n in inputs) - 0.02
+def test_stacker_bound_benchmark_at_toy_size(bank, tmp_path):
+    """Issue 42's bound, stacked's test PR-AUC >= the best input's - 0.02, with a briefly fine-tuned
+    sequence model as the second input: measured on the ``small`` bank by
+    benchmarks/bench_transactions_stacker.py (~3 CPU-minutes, too slow for the suite); here the same code
+    (its ``run``: evaluate_models' scorers and stacker) on the 120-customer test bank, whose 12 validation
+    frauds are labelled only after the start of test: the labels known at the bank's end let the stacker
+    fit and cross-check a blend rather than fall back for want of frauds."""
+    spec = importlib.util.spec_from_file_location("bench_transactions_stacker", BENCH_STACKER)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    r = bench.run(bank, tmp_path, steps=3, batch_size=8, keep_negative=1.0, labels_at=bank.cuts["end"])
+    info, pr = r["stacker"], r["pr_auc"]
+    assert info["inputs"] == ["hgb_rolling", "sequence"] and set(pr) == {"hgb_rolling", "sequence", "stacked"}
+    assert info["val_frauds"] >= 10 and info["weights"] is not None, info  # a blend fitted and cross-checked
+    assert info["choice"] in ("blend", "hgb_rolling", "sequence") and "out-of-fold" in info["reason"], info
+    assert r["best_input_pr_auc"] == max(pr["hgb_rolling"], pr["sequence"]) and r["n_test_fraud"] > 0
+    assert r["margin"] == pytest.approx(pr["stacked"] - r["best_input_pr_auc"] + 0.02)
+    assert r["met"], r
