@@ -195,7 +195,7 @@ def test_cli_end_to_end_and_fresh_process_scores_match(tmp_path, capsys):
     assert main(["transactions", "evaluate", *common, "--model", str(tmp_path / "ft"), "--out",
                  str(tmp_path / "rep"), "--bootstrap", "10"]) == 0
     metrics = json.loads((tmp_path / "rep" / "metrics.json").read_text())
-    assert set(metrics["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "sequence"}
+    assert set(metrics["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "token_lr", "sequence", "stacked"}
     assert main(["transactions", "score", *common, "--model", str(tmp_path / "ft"), "--out",
                  str(tmp_path / "a.csv")]) == 0
     code = ("import sys; from slmlab.cli import main;"
