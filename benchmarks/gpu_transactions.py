@@ -8,7 +8,7 @@ when `--bank` already holds one), split and tokenise it once (`pipeline.load_pre
 (`training.pretrain`), fine-tune the transaction fraud head and the joint-fusion head (`training.finetune`,
 `fraud_tabular="rolling"`; both validated every `--eval-every` steps on a seeded sample of `--val-windows`
 windows, the step with the best validation PR-AUC kept), the few-label pair
-(`training.finetune_label_fraction_pair`), then `evaluate_models` (stacking, paired bootstrap, criteria
+(`training.finetune_label_fraction_arms`, 3 seeds per arm), then `evaluate_models` (stacking, paired bootstrap, criteria
 verdicts). Runs are bounded by steps. `--time-cap` is only a safety cap: each training stage gets the
 harness's `max_time` from what is left of it (less `--eval-reserve` for the evaluation), and the report
 says which stage, if any, the cap stopped (`stopped_by_time_cap`) and whether the whole run overran it.
@@ -49,11 +49,11 @@ DEFAULTS = {
     "gpu": dict(bank_preset="large", bank_overrides=[], model_preset="lfm2_small", precision="bf16",
                 pretrain_steps=1500, finetune_steps=600, joint_steps=600, lf_steps=300, batch_size=64,
                 keep_negative=0.2, label_fraction=0.1, bootstrap=200, time_cap=540.0, eval_reserve=180.0,
-                hgb_threads=0, val_windows=4000, eval_every=150),
+                hgb_threads=0, val_windows=4000, eval_every=150, lf_seeds=3),
     "toy": dict(bank_preset="tiny", bank_overrides=["n_customers=100"], model_preset="lfm2_tiny", precision="auto",
                 pretrain_steps=3, finetune_steps=3, joint_steps=3, lf_steps=2, batch_size=8, keep_negative=1.0,
                 label_fraction=0.2, bootstrap=20, time_cap=0.0, eval_reserve=0.0, hgb_threads=1, val_windows=5000,
-                eval_every=2),
+                eval_every=2, lf_seeds=3),
 }
 MODEL_FIELDS = ("pr_auc", "roc_auc", "recall_at_fpr_1pct", "recall_at_fpr_0.1pct", "card_precision_at_100",
                 "amount_weighted_recall")
@@ -79,6 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--finetune-steps", type=int, default=None)
     p.add_argument("--joint-steps", type=int, default=None, help="fine-tuning steps of the joint-fusion model (0: skip)")
     p.add_argument("--lf-steps", type=int, default=None, help="fine-tuning steps of each few-label model")
+    p.add_argument("--lf-seeds", type=int, default=None, help="seeds per arm of the few-label pair (criterion 4)")
     p.add_argument("--val-windows", type=int, default=None,
                    help="validation windows (a seeded sample) of every training stage")
     p.add_argument("--eval-every", type=int, default=None,
@@ -226,14 +227,13 @@ def run(args) -> dict:
         stages["joint"] = {"skipped": "--joint-steps 0"}
     fraud = best_or_last(ft, out / "finetune").to(device).eval()
 
-    models, pairs = {}, []
+    models, arms = {}, None
     if args.label_fraction:
-        t, cap = time.perf_counter(), clock.max_time(0.5)  # each of the two runs
-        models = training.finetune_label_fraction_pair(bank, out / "evaluate" / "label_fraction", encoder,
-                                                       args.label_fraction, overrides(args, device, args.lf_steps, cap),
-                                                       args.keep_negative)
-        pairs = [("lf_pretrained", "lf_scratch")]
-        stages["label_fraction"] = {"fraction": args.label_fraction, "steps_asked": args.lf_steps,
+        t, cap = time.perf_counter(), clock.max_time(1 / (2 * args.lf_seeds))  # each of the 2 x seeds runs
+        models, arms = training.finetune_label_fraction_arms(
+            bank, out / "evaluate" / "label_fraction", encoder, args.label_fraction,
+            overrides(args, device, args.lf_steps, cap), args.keep_negative, seeds=range(args.lf_seeds))
+        stages["label_fraction"] = {"fraction": args.label_fraction, "steps_asked": args.lf_steps, "seeds": args.lf_seeds,
                                     "max_time_s": round(cap, 1), "seconds": round(time.perf_counter() - t, 2)}
         models = {k: m.to(device).eval() for k, m in models.items()}
     else:
@@ -243,7 +243,7 @@ def run(args) -> dict:
     t = time.perf_counter()
     with threadpool_limits(args.hgb_threads or None):  # OpenMP threads of the boosters (an oversubscribed pool stalls)
         result = evaluate_models(bank, fraud, out / "evaluate", args.bootstrap, device=device,
-                                 stacking=not args.no_stacking, models=models, pairs=pairs)
+                                 stacking=not args.no_stacking, models=models, encoder=encoder, arms=arms)
     stages["evaluate"] = {"seconds": round(time.perf_counter() - t, 2), "bootstrap": args.bootstrap,
                           "timings_s": {k: round(v, 2) for k, v in result["timings_s"].items()}}
     elapsed = clock.elapsed()
@@ -256,7 +256,7 @@ def run(args) -> dict:
         "paired": {k: {"pr_auc_mean": v["mean"], "pr_auc_ci": v["pr_auc"]} for k, v in boot.items() if " - " in k},
         "resamples": boot.get("resamples"), "n_test": result["n_test"], "n_test_fraud": result["n_test_fraud"],
         "criteria": [{k: c[k] for k in ("criterion", "difference", "rule", "pr_auc_diff", "pr_auc_ci", "verdicts",
-                                        "verdict")} for c in result["criteria"]],
+                                        "verdict", "counted")} for c in result["criteria"]],
         "time_cap": {"seconds": args.time_cap, "elapsed_s": round(elapsed, 1),
                      "exceeded": bool(args.time_cap) and elapsed > args.time_cap,
                      "stages_stopped_by_cap": [name for name, s in stages.items() if s.get("stopped_by_time_cap")]},

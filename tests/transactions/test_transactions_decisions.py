@@ -313,12 +313,12 @@ SEQ, STACK, LF = "sequence - hgb_rolling", "stacked - hgb_rolling", "lf_pretrain
     ("1 parity", SEQ, (-0.3, -0.01), None, "undecided"),  # the upper bound on the margin is not on the wrong side
     ("1 parity", SEQ, (-0.3, -0.0101), None, "not met"),
     # 2 useful: stacked - HGB-rolling PR-AUC >= +0.03, or recall at 0.1% FPR >= +0.05
-    ("2 useful (stacked)", STACK, (0.0301, 0.2), (-0.2, 0.0), "met"),
-    ("2 useful (stacked)", STACK, (0.0299, 0.2), (-0.2, 0.0), "undecided"),
-    ("2 useful (stacked)", STACK, (-0.2, 0.0299), (-0.2, 0.0499), "not met"),
-    ("2 useful (stacked)", STACK, (-0.2, 0.0299), (0.0501, 0.3), "met"),
-    ("2 useful (stacked)", STACK, (-0.2, 0.0299), (0.0499, 0.3), "undecided"),
-    ("2 useful (stacked)", STACK, (0.0299, 0.2), (0.0499, 0.3), "undecided"),
+    ("2 useful", STACK, (0.0301, 0.2), (-0.2, 0.0), "met"),
+    ("2 useful", STACK, (0.0299, 0.2), (-0.2, 0.0), "undecided"),
+    ("2 useful", STACK, (-0.2, 0.0299), (-0.2, 0.0499), "not met"),
+    ("2 useful", STACK, (-0.2, 0.0299), (0.0501, 0.3), "met"),
+    ("2 useful", STACK, (-0.2, 0.0299), (0.0499, 0.3), "undecided"),
+    ("2 useful", STACK, (0.0299, 0.2), (0.0499, 0.3), "undecided"),
     # 3 strong: sequence - HGB-rolling PR-AUC >= +0.03
     ("3 strong", SEQ, (0.0301, 0.2), None, "met"),
     ("3 strong", SEQ, (0.0299, 0.2), None, "undecided"),
@@ -462,3 +462,59 @@ def test_class_weight_of_the_fraud_heads():
     assert pos_weight_from_counts(400, 1) == 20.0 and pos_weight_from_counts(417, 1) == pytest.approx(417 ** 0.5)
     assert pos_weight_from_counts(10_000, 1) == 30.0  # the cap
     assert pos_weight_from_counts(5, 0) == 1.0 and pos_weight_from_counts(0, 4) == 0.5
+
+
+# -- criterion 4 over seeds; criterion 2's one primary ---------------------------------------------------
+def test_arm_difference_holds_the_seed_variance():
+    from slmlab.transactions.evaluation.evaluate import arm_difference
+
+    n = 2000  # customer resamples that move nothing: only the seeds vary
+    a = np.tile([0.50, 0.60, 0.70], (n, 1))
+    b = np.tile([0.50, 0.50, 0.50], (n, 1))
+    d = arm_difference(a, b)
+    assert d["mean"] == pytest.approx(0.10)
+    lo, hi = d["ci"]
+    # the mean of 3 seeds redrawn from {0.5, 0.6, 0.7}, minus 0.5: all three 0.5 (or all 0.7) has chance
+    # 1/27 = 3.7% > 2.5%, so the 95% CI runs from 0.0 to 0.2
+    assert lo == pytest.approx(0.0, abs=1e-9) and hi == pytest.approx(0.2, abs=1e-9)
+    assert verdict(d["ci"], 0.05) == "undecided"  # one seed per arm (0.7 vs 0.5) would have said "met"
+    one = arm_difference(a[:, 2:], b[:, :1])
+    assert one["ci"] == pytest.approx([0.2, 0.2]) and verdict(one["ci"], 0.05) == "met"
+
+
+def test_bootstrap_arms_and_seeded_criterion_4():
+    from slmlab.transactions.evaluation.evaluate import bootstrap
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(3000) < 0.05).astype(int)
+    cust = rng.integers(0, 300, 3000)
+    scores = {f"p{k}": y * (0.3 + 0.2 * k) + rng.random(3000) for k in range(3)}
+    scores.update({f"s{k}": y * 0.1 + rng.random(3000) for k in range(3)})
+    arms = {"lf_pretrained": ["p0", "p1", "p2"], "lf_scratch": ["s0", "s1", "s2"]}
+    boot = bootstrap(y, scores, cust, n=200, arms=arms)
+    seeded = boot["lf_pretrained - lf_scratch"]
+    plain = bootstrap(y, scores, cust, n=200, pairs=[("p1", "s1")])["p1 - s1"]
+    assert seeded["seeds"] == arms and seeded["pr_auc"][0] < seeded["mean"] < seeded["pr_auc"][1]
+    width = seeded["pr_auc"][1] - seeded["pr_auc"][0]
+    assert width > 1.2 * (plain["pr_auc"][1] - plain["pr_auc"][0])  # seeds 0.3 / 0.5 / 0.7 apart widen it
+    models = {n: {"pr_auc": 0.1 * k, "recall_at_fpr_0.1pct": 0.0} for k, n in enumerate(scores)}
+    arm_rows = {a: {"pr_auc": float(np.mean([models[n]["pr_auc"] for n in ns])), "recall_at_fpr_0.1pct": 0.0}
+                for a, ns in arms.items()}
+    c = usefulness_criteria({"models": models, "bootstrap": boot, "arms": arm_rows})[-1]
+    assert c["criterion"] == "4 pretraining pays" and c["pr_auc_ci"] == seeded["pr_auc"]
+    assert c["pr_auc_diff"] == pytest.approx(0.1 - 0.4)
+
+
+def test_criterion_2_counts_only_the_declared_primary():
+    def row(pr):
+        return {"pr_auc": pr, "recall_at_fpr_0.1pct": 0.5}
+
+    models = {"hgb_rolling": row(0.5), "stacked": row(0.5), "hgb_rolling_encoder": row(0.6)}
+    boot = {"stacked - hgb_rolling": {"pr_auc": [-0.02, 0.02], "recall_at_fpr_0.1pct": [-0.02, 0.02]},
+            "hgb_rolling_encoder - hgb_rolling": {"pr_auc": [0.05, 0.15], "recall_at_fpr_0.1pct": [0.0, 0.1]}}
+    got = usefulness_criteria({"models": models, "bootstrap": boot, "primary": "stacked - hgb_rolling"})
+    assert [(c["criterion"], c["verdict"], c["counted"]) for c in got] == [
+        ("2 useful", "not met", True), ("2 useful, secondary (hgb_rolling_encoder)", "met", False)]
+    got = usefulness_criteria({"models": models, "bootstrap": boot, "primary": "hgb_rolling_encoder - hgb_rolling"})
+    assert [(c["criterion"], c["verdict"], c["counted"]) for c in got] == [
+        ("2 useful", "met", True), ("2 useful, secondary (stacked)", "not met", False)]

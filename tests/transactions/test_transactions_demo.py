@@ -47,12 +47,17 @@ def test_quick_state_scores_and_writes_a_checkpoint(state):
 
 @pytest.mark.slow
 def test_stacked_model_scores_every_row(state):
-    pytest.importorskip("slmlab.transactions.evaluation.stacking")
+    from slmlab.transactions.evaluation.baseline import hgb_scores
+    from slmlab.transactions.evaluation.score import score_bank
+
     with threadpool_limits(1):
-        out = demo.stacked_model_scores(state.model, state.bank)
+        scores = {"hgb_rolling": hgb_scores(state.bank, rolling=True)[0],
+                  "sequence": score_bank(state.model, state.bank, state.bank.cuts["val_start"])}
+        out = demo.stacked_model_scores(scores, state.bank)
     assert list(out) == ["stacked"]
     s = out["stacked"]
-    assert s.shape == (len(state.bank.df),) and np.all((s >= 0) & (s <= 1))
+    test = state.bank.period_mask(state.bank.cuts["test_start"], None)
+    assert s.shape == (len(state.bank.df),) and np.all((s[test] >= 0) & (s[test] <= 1))
 
 
 @pytest.mark.slow
@@ -237,3 +242,34 @@ def test_occupied_port_is_refused_naming_it():
         port = s.getsockname()[1]
         with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is in use"):
             check_port("127.0.0.1", port)
+
+
+def test_quick_demo_removes_its_temporary_folder(monkeypatch, tmp_path):
+    import tempfile
+    from types import SimpleNamespace
+
+    from slmlab.transactions import pipeline
+    from slmlab.transactions.demo import app
+    from slmlab.transactions.demo import state as state_mod
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = []
+
+    def quick_state(work):
+        (work / "bank").mkdir(parents=True)
+        seen.append(work)
+        return SimpleNamespace(timings={"generate_s": 0.0, "train_s": 0.0, "state_s": 0.0})
+
+    monkeypatch.setattr(state_mod, "quick_state", quick_state)
+    monkeypatch.setattr(app, "check_port", lambda host, port: None)
+    monkeypatch.setattr(app, "launch", lambda state, host, port: "served")
+    assert pipeline.demo(quick=True, log=lambda *_: None) == "served"
+    assert seen[0].name.startswith("slmlab-demo-") and not seen[0].exists()
+    monkeypatch.setattr(app, "launch", lambda state, host, port: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C while serving: removed too
+        pipeline.demo(quick=True, log=lambda *_: None)
+    assert not seen[1].exists() and not list(tmp_path.glob("slmlab-demo-*"))
+    kept = tmp_path / "mine"
+    monkeypatch.setattr(app, "launch", lambda state, host, port: "served")
+    pipeline.demo(quick=True, data=kept, log=lambda *_: None)
+    assert (kept / "bank").is_dir()  # an explicit --data folder stays

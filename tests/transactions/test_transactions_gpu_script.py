@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pandas")
@@ -19,8 +20,8 @@ pytest.importorskip("sklearn")
 from slmlab.transactions.evaluation.evaluate import any_verdict, verdict  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_transactions.py"
-MODELS = {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "sequence", "stacked", "stacked_val", "lf_pretrained",
-          "lf_scratch", "joint"}
+MODELS = {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "token_lr", "hgb_rolling_encoder", "sequence", "stacked",
+          "joint", *(f"lf_{arm}_s{k}" for arm in ("pretrained", "scratch") for k in range(3))}
 
 
 def load():
@@ -74,8 +75,8 @@ def test_the_toy_run_trains_every_stage_by_steps(toy_run):
     assert stages["label_fraction"]["fraction"] == 0.2 and stages["label_fraction"]["steps_asked"] == 2
     assert report["time_cap"] == {"seconds": 0.0, "elapsed_s": report["time_cap"]["elapsed_s"], "exceeded": False,
                                   "stages_stopped_by_cap": []}
-    for folder in ("pretrain", "finetune", "finetune-joint", "evaluate/label_fraction/pretrained",
-                   "evaluate/label_fraction/scratch"):
+    for folder in ("pretrain", "finetune", "finetune-joint", *(f"evaluate/label_fraction/{arm}-s{k}"
+                                                               for arm in ("pretrained", "scratch") for k in range(3))):
         assert (out / folder / "schema.fitted.json").is_file(), folder
     assert (out / "evaluate" / "report.md").is_file() and (out / "evaluate" / "pr_curve.png").is_file()
 
@@ -88,18 +89,25 @@ def test_the_toy_report_holds_every_model_and_the_verdicts(toy_run):
         assert m["pr_auc"] == metrics["models"][name]["pr_auc"], name  # the evaluation's own figures
         assert 0 <= m["pr_auc"] <= 1 and 0 <= m["roc_auc"] <= 1, name
         lo, hi = m["pr_auc_ci"]
-        assert 0 <= lo <= hi <= 1, name
+        assert [lo, hi] == metrics["bootstrap"][name]["pr_auc"], name  # the evaluation's own CI, copied
+        assert lo < hi or lo == hi == m["pr_auc"], name  # resamples vary, unless every one ranks perfectly
     assert 0 < report["resamples"] <= 20
     assert {"sequence - hgb_rolling", "hgb_rolling - hgb_raw", "stacked - hgb_rolling",
             "lf_pretrained - lf_scratch"} <= set(report["paired"])
     criteria = {c["criterion"]: c for c in report["criteria"]}
-    assert list(criteria) == ["1 parity", "2 useful (stacked)", "2 useful (stacked_val)", "2 useful (joint)",
-                              "3 strong", "4 pretraining pays"]
+    assert list(criteria) == ["1 parity", "2 useful", "2 useful, secondary (hgb_rolling_encoder)",
+                              "2 useful, secondary (joint)", "3 strong", "4 pretraining pays"]
+    assert [c["counted"] for c in criteria.values()] == [True, True, False, False, True, True]
+    assert criteria["2 useful"]["difference"] == "stacked - hgb_rolling" == metrics["primary"]
     assert "joint - hgb_rolling" in report["paired"]
     for name, margin in (("1 parity", -0.01), ("3 strong", 0.03), ("4 pretraining pays", 0.05)):
         c = criteria[name]
         assert c["verdict"] == verdict(c["pr_auc_ci"], margin) == c["verdicts"]["pr_auc"], name
-    assert criteria["2 useful (stacked)"]["verdict"] == any_verdict(criteria["2 useful (stacked)"]["verdicts"].values())
+    assert criteria["2 useful"]["verdict"] == any_verdict(criteria["2 useful"]["verdicts"].values())
+    arms = metrics["arms"]  # criterion 4 compares the arms' seed means
+    assert criteria["4 pretraining pays"]["pr_auc_diff"] == pytest.approx(
+        np.mean(arms["lf_pretrained"]["pr_auc_by_seed"]) - np.mean(arms["lf_scratch"]["pr_auc_by_seed"]))
+    assert len(arms["lf_pretrained"]["pr_auc_by_seed"]) == 3
     table = (out / "report.md").read_text()
     for name in MODELS:
         assert f"| {name} | {report['models'][name]['pr_auc']:.3f} [" in table, name

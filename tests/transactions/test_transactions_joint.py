@@ -173,7 +173,7 @@ def test_cli_finetunes_joint_fusion_and_scores(bank_data, tmp_path, capsys):
     assert (tmp_path / "s.csv").stat().st_size > 0
 
 
-# -- evaluation: the booster cache, validation-only stacking, joint models under criterion 2 --------------
+# -- evaluation: the booster cache, joint models as stacker inputs and under criterion 2 -----------------
 def test_booster_cache_reads_back_identical_scores_and_misses_on_other_data(bank, tmp_path):
     from slmlab.transactions.data.bank import Bank
     from slmlab.transactions.evaluation.baseline import cached_hgb_scores, data_key, hgb_scores
@@ -192,34 +192,38 @@ def test_booster_cache_reads_back_identical_scores_and_misses_on_other_data(bank
     assert len(list(tmp_path.glob("hgb_raw-*.npz"))) == 2
 
 
-def test_validation_only_stacking_and_joint_models_enter_criterion_2(joint, bank, tmp_path):
+def test_joint_models_feed_the_stacker_and_can_be_the_primary_of_criterion_2(joint, bank, tmp_path):
     from slmlab.transactions.evaluation.evaluate import evaluate_models
 
     model, _, _ = joint
     plain = TransactionFraudModel(TransactionFraudConfig.from_preset("lfm2_tiny", schema=bank.fitted)).eval()
-    result = evaluate_models(bank, plain, tmp_path, n_boot=20, stacking=True, stack_fits=("stacked_val",),
-                             models={"joint": model})
-    assert "stacked" not in result["models"] and {"stacked_val", "joint", "sequence"} <= set(result["models"])
-    assert "sequence_scoring_all_rows" not in result["timings_s"]
-    names = {c["criterion"] for c in result["criteria"]}
-    assert {"2 useful (stacked_val)", "2 useful (joint)"} <= names
-    crit = next(c for c in result["criteria"] if c["criterion"] == "2 useful (joint)")
-    assert crit["difference"] == "joint - hgb_rolling" and crit["pr_auc_threshold"] == 0.03
-    assert "joint - hgb_rolling" in result["bootstrap"]
+    result = evaluate_models(bank, plain, tmp_path, n_boot=20, models={"joint": model})
+    assert {"stacked", "joint", "sequence", "token_lr"} <= set(result["models"])
+    assert result["models"]["stacked"]["stacker"]["inputs"] == ["hgb_rolling", "sequence", "joint"]
+    assert "sequence_scoring_all_rows" not in result["timings_s"]  # validation and test only
+    crit = {c["criterion"]: c for c in result["criteria"]}
+    assert crit["2 useful"]["difference"] == "stacked - hgb_rolling" and crit["2 useful"]["counted"]
+    joint_c = crit["2 useful, secondary (joint)"]
+    assert joint_c["difference"] == "joint - hgb_rolling" and joint_c["pr_auc_threshold"] == 0.03
+    assert joint_c["counted"] is False and "joint - hgb_rolling" in result["bootstrap"]
+    assert set(result["floor"]) == {"sequence", "joint"}
+    again = evaluate_models(bank, plain, None, n_boot=5, models={"joint": model}, primary="joint")
+    assert [c["criterion"] for c in again["criteria"] if c["criterion"].startswith("2")] == [
+        "2 useful", "2 useful, secondary (stacked)"]
 
 
-def test_cli_evaluate_with_also_cache_and_validation_stacking(bank_data, tmp_path, capsys):
+def test_cli_evaluate_with_also_cache_and_the_stacker(bank_data, tmp_path, capsys):
     export(bank_data, tmp_path / "bank", "csv")
     d = str(tmp_path / "bank")
     for out, extra in (("ft", []), ("ftj", ["--tabular", "rolling"])):
         assert main(["transactions", "finetune", "--data", d, "--out", str(tmp_path / out), *extra,
                      "max_steps=1", "batch_size=4"]) == 0
     args = ["transactions", "evaluate", "--data", d, "--model", str(tmp_path / "ft"), "--bootstrap", "10",
-            "--stacking", "--stack-fit", "validation", "--cache", str(tmp_path / "cache"),
+            "--cache", str(tmp_path / "cache"),
             "--also", f"joint={tmp_path / 'ftj'}"]
     assert main([*args, "--out", str(tmp_path / "r1")]) == 0
     report = (tmp_path / "r1" / "report.md").read_text()
-    assert "| joint |" in report and "| stacked_val |" in report and "2 useful (joint)" in report
+    assert "| joint |" in report and "| stacked |" in report and "2 useful, secondary (joint)" in report
     assert len(list((tmp_path / "cache").glob("*.npz"))) == 3  # raw, rolling, rolling + risk
     assert main([*args, "--out", str(tmp_path / "r2")]) == 0  # the boosters read back: the same report
     assert (tmp_path / "r2" / "report.md").read_text() == report

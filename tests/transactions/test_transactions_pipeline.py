@@ -157,7 +157,8 @@ def test_streaming_scorer_scores_each_transaction_once(bank_data):
 
 def test_hgb_baselines_and_report_end_to_end(bank, tmp_path):
     result = evaluate_models(bank, None, tmp_path, n_boot=20)
-    assert set(result["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk"}
+    assert set(result["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "token_lr"}
+    assert result["hgb"]["token_lr"]["C"] in (0.03, 0.3, 3.0) and result["hgb"]["token_lr"]["fit_frauds"] > 0
     for m in result["models"].values():
         assert 0 <= m["pr_auc"] <= 1 and 0 <= m["roc_auc"] <= 1
         assert 0 <= m["amount_weighted_recall"] <= 1
@@ -171,7 +172,8 @@ def test_hgb_baselines_and_report_end_to_end(bank, tmp_path):
         assert m["val_threshold_counts"]["positives"] == 0 and m["threshold_source"].startswith("validation")
         assert np.isfinite(m["val_threshold_1pct"]) and m["val_threshold_fpr"] <= 0.01
         assert f"- {name} (threshold " in report
-        assert result["hgb"][name]["n_iter_selection"] == "all iterations (no validation positive)"
+        key = "C_selection" if name == "token_lr" else "n_iter_selection"
+        assert result["hgb"][name][key].endswith("(no validation positive)"), name
     assert max(max(m["per_pattern_recall"].values()) for m in result["models"].values()) > 0
     assert (tmp_path / "report.md").is_file() and (tmp_path / "metrics.json").is_file()
     assert result["bootstrap"]["resamples"] > 0
@@ -193,7 +195,7 @@ def test_cli_end_to_end_and_fresh_process_scores_match(tmp_path, capsys):
     assert main(["transactions", "evaluate", *common, "--model", str(tmp_path / "ft"), "--out",
                  str(tmp_path / "rep"), "--bootstrap", "10"]) == 0
     metrics = json.loads((tmp_path / "rep" / "metrics.json").read_text())
-    assert set(metrics["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "sequence"}
+    assert set(metrics["models"]) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "token_lr", "sequence", "stacked"}
     assert main(["transactions", "score", *common, "--model", str(tmp_path / "ft"), "--out",
                  str(tmp_path / "a.csv")]) == 0
     code = ("import sys; from slmlab.cli import main;"
@@ -300,3 +302,36 @@ def test_balance_windows_keeps_negatives_and_repeats_fraud_windows():
     assert 20 < neg < 80 and ((fewer.labels == 1).any(1)).sum() == 3 * round(0.25 * neg / 3)
     with pytest.raises(ValueError, match="fraud_share"):
         balance_windows(w, fraud_share=1.0)
+
+
+def test_validation_sample_grows_to_the_fraud_floor_at_the_base_rate():
+    from slmlab.transactions.data.windows import Windows, fraud_positions, sample_windows
+
+    n, T = 2000, 4
+    labels = np.zeros((n, T), np.int8)
+    labels[np.arange(0, n, 10), 1] = 1  # 200 frauds, one window in ten
+    w = Windows(np.arange(n)[:, None, None].repeat(T, 1).repeat(15, 2), np.ones((n, T), bool), labels,
+                np.arange(n * T).reshape(n, T), np.zeros(n, np.int64))
+    plain = sample_windows(w, 100, seed=3)
+    grown = sample_windows(w, 100, seed=3, min_frauds=150)
+    assert len(plain) == 100 and fraud_positions(plain) < 150
+    assert fraud_positions(grown) == 150 and set(plain.ids[:, 0, 0]) <= set(grown.ids[:, 0, 0])
+    assert 0.07 < fraud_positions(grown) / len(grown) < 0.13  # no fraud window picked for being one
+    assert len(sample_windows(w, 100, seed=3, min_frauds=500)) == n  # fewer frauds than asked: all of them
+    none = Windows(w.ids, w.txn_mask, np.full_like(labels, -1), w.rows, w.score_from)
+    assert len(sample_windows(none, 100, seed=3, min_frauds=150)) == 100  # no fraud labels: the plain sample
+
+
+def test_one_positive_upweighting_and_an_unbalanced_probe(bank):
+    from slmlab.transactions.data.windows import WindowOptions
+    from slmlab.transactions.heads import HEADS
+
+    for head in ("transaction", "sequence"):
+        spec = HEADS[head]
+        plain, fixed = spec.windows(bank, 16, WindowOptions(keep_negative=0.5), {})
+        over, fixed_over = spec.windows(bank, 16, WindowOptions(keep_negative=0.5, fraud_share=0.3), {})
+        assert fixed["pos_weight"] > 1.5 and fixed_over["pos_weight"] == 1.0, head  # oversampling OR pos_weight
+        full = bank.windows(16, 8, "train")
+        assert len(over["probe"]) == len(plain["probe"]) == len(full), head  # before any rebalancing
+        share = {k: (w.labels == 1).any(1).mean() for k, w in (("probe", over["probe"]), ("train", over["train"]))}
+        assert share["train"] > 3 * share["probe"], (head, share)

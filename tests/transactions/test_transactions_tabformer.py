@@ -24,6 +24,7 @@ from slmlab.transactions.data.adapter import (  # noqa: E402
 )
 from slmlab.transactions.data.bank import split_cuts  # noqa: E402
 from slmlab.transactions.data.schema import FittedSchema, sort_transactions  # noqa: E402
+from slmlab.transactions.evaluation.evaluate import verdict  # noqa: E402
 
 HEADER = ["User", "Card", "Year", "Month", "Day", "Time", "Amount", "Use Chip", "Merchant Name", "Merchant City",
           "Merchant State", "Zip", "MCC", "Errors?", "Is Fraud?"]
@@ -154,7 +155,7 @@ def test_pretrain_finetune_evaluate_score_run_on_the_mapped_export(tabformer_ban
     assert metrics["n_test"] == int(test.sum()) and metrics["n_test_fraud"] == int(df["is_fraud"][test].sum()) >= 5
     base_rate = metrics["n_test_fraud"] / metrics["n_test"]
     models = metrics["models"]
-    assert set(models) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "sequence"}
+    assert set(models) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "token_lr", "sequence", "stacked"}
     for name, m in models.items():
         assert 0 <= m["pr_auc"] <= 1 and 0 <= m["roc_auc"] <= 1, name
         lo, hi = metrics["bootstrap"][name]["pr_auc"]
@@ -162,8 +163,10 @@ def test_pretrain_finetune_evaluate_score_run_on_the_mapped_export(tabformer_ban
     assert models["hgb_raw"]["pr_auc"] > 5 * base_rate  # night-time, large, online/abroad sprees: easy for trees
     for name in ("hgb_raw", "hgb_rolling", "hgb_rolling_risk"):  # no coordinates: no distance (it once crashed the fit)
         assert metrics["hgb"][name]["empty_features_left_out"] == ["distance_home"], name
-    assert [c["criterion"] for c in metrics["criteria"]] == ["1 parity", "3 strong"]
-    assert all(c["verdict"] in ("met", "not met", "undecided") for c in metrics["criteria"])
+    assert [c["criterion"] for c in metrics["criteria"]] == ["1 parity", "2 useful", "3 strong"]
+    for c in metrics["criteria"]:  # each verdict is its CI's, against its own margin
+        assert c["verdicts"]["pr_auc"] == verdict(c["pr_auc_ci"], c["pr_auc_threshold"]), c["criterion"]
+        assert c["pr_auc_ci"] == metrics["bootstrap"][c["difference"]]["pr_auc"], c["criterion"]
     assert (tmp_path / "rep" / "report.md").read_text().startswith("# Fraud evaluation")
 
     scored = pd.read_csv(scores, dtype={"transaction_id": str})

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..outputs import dumps_finite
 from ._common import command_parser, parse_overrides, split_items
+from .errors import EXIT_USAGE
 
 SUBCOMMANDS = ("generate", "pretrain", "finetune", "evaluate", "score", "audit", "demo")
 
@@ -107,23 +108,30 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--out", required=True, help="report folder (evaluate) or CSV file (score)")
         if name == "evaluate":
             p.add_argument("--bootstrap", type=int, default=1000, help="customer resamples for the CIs")
-            p.add_argument("--stacking", action="store_true",
-                           help="add HGB-rolling + the model's score + 16 PCA components of its customer embedding")
+            p.add_argument("--encoder", default=None,
+                           help="pretrained run folder: adds hgb_rolling_encoder (HGB-rolling plus the frozen"
+                                " encoder's state); with --label-fraction, the encoder the pretrained arm starts from")
+            p.add_argument("--primary", default=None, action=_Checked, check=_primary, metavar="NAME",
+                           help="criterion 2's one pre-declared comparison against hgb_rolling, one of"
+                                f" {', '.join(PRIMARY_CHOICES)} (default: stacked with --model, else"
+                                " hgb_rolling_encoder); the other fused models are shown, not counted")
             p.add_argument("--label-fraction", type=float, default=None,
-                           help="with --encoder: fine-tune pretrained and from scratch on this share of labels")
-            p.add_argument("--encoder", default=None, help="pretrained run folder for --label-fraction")
+                           help="with --encoder: fine-tune pretrained and from scratch on this share of labels"
+                                " (criterion 4)")
+            p.add_argument("--seeds", default=None, action=_Checked, check=_seed_count, metavar="N",
+                           help=f"--label-fraction: fine-tunes per arm, seeds 0..N-1 (default {DEFAULT_SEEDS};"
+                                f" criterion 4's CI holds the seed variance from {DEFAULT_SEEDS} seeds up)")
             p.add_argument("--keep-negative", type=float, default=1.0, help="--label-fraction fine-tuning: as finetune's")
             p.add_argument("items", nargs="*", help="--label-fraction fine-tuning: run-config overrides (max_steps=200)")
             p.add_argument("--also", metavar="NAME=RUN", action="append", default=[],
                            help="another fine-tuned run folder to report, e.g. joint=runs/ftj (a name starting with"
-                                " 'joint' is judged by criterion 2 beside stacking); repeatable")
+                                " 'joint' is a stacker input and a secondary comparison of criterion 2); repeatable")
             p.add_argument("--val-windows", type=_positive_int, default=None, metavar="N",
                            help="--label-fraction fine-tuning: validate on a seeded sample of N windows")
             p.add_argument("--cache", default=None, metavar="DIR",
                            help="keep the gradient-boosting scores here and reuse them for the same bank")
-            p.add_argument("--stack-fit", default="both", choices=("both", "validation"),
-                           help="with --stacking: both stacked variants, or only the one fitted on validation (does"
-                                " not score the training period: minutes less on a large bank)")
+            for flag, why in REMOVED_EVALUATE_FLAGS.items():
+                p.add_argument(flag, nargs="?", action=_Removed, why=why)
     a = sub.add_parser("audit", help="print param_count() of a preset")
     a.add_argument("--preset", default="lfm2_small")
     d = sub.add_parser("demo", help="the six-tab Gradio demo on 127.0.0.1 (extra `demo`)")
@@ -138,6 +146,63 @@ def transactions_command(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     return {"generate": _generate, "pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate,
             "score": _score, "audit": _audit, "demo": _demo}[args.sub](args)
+
+
+PRIMARY_CHOICES = ("stacked", "hgb_rolling_encoder")  # criterion 2's primary (evaluation.evaluate.FUSED)
+DEFAULT_SEEDS = 3  # criterion 4: fine-tunes per arm
+REMOVED_EVALUATE_FLAGS = {
+    "--stacking": "the stacker is now always the out-of-fold blend (docs/transactions.md)",
+    "--stack-fit": "the stacker is now always the out-of-fold blend, fitted on validation (docs/transactions.md)",
+}
+
+
+def _usage_error(parser: argparse.ArgumentParser, message: str):
+    """The error contract (:mod:`.errors`) for an argument: one line, ``slmlab transactions <sub>: error:
+    <what>; <what to do>``, exit 2 (argparse's own errors add a usage line first)."""
+    parser.exit(EXIT_USAGE, f"{parser.prog}: error: {message}\n")
+
+
+class _Removed(argparse.Action):
+    """A removed flag: an error saying so and what replaced it, not argparse's "unrecognized arguments"
+    (and never silently accepted). Hidden from ``--help``."""
+
+    def __init__(self, option_strings, dest, why: str, **kwargs):
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
+        self.why = why
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _usage_error(parser, f"{self.option_strings[0]} was removed; {self.why}; drop the flag")
+
+
+class _Checked(argparse.Action):
+    """An option whose value ``check`` converts, or rejects with a ``ValueError`` naming the value and
+    the choices: one-line error, exit 2 (:func:`_usage_error`)."""
+
+    def __init__(self, option_strings, dest, check, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.check = check
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            setattr(namespace, self.dest, self.check(values))
+        except ValueError as err:
+            _usage_error(parser, f"{option_string} {values!r}: {err}")
+
+
+def _primary(text: str) -> str:
+    if text not in PRIMARY_CHOICES:
+        raise ValueError(f"not a primary comparison; choose one of {', '.join(PRIMARY_CHOICES)}")
+    return text
+
+
+def _seed_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"not a seed count; give a whole number >= 1 (default {DEFAULT_SEEDS})")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -213,9 +278,10 @@ def _evaluate(args) -> int:
         if not sep or not name or not path or name in also:
             raise ValueError(f"--also takes NAME=RUN with a new name (e.g. joint=runs/ftj), got {item!r}")
         also[name] = path
-    result = pipeline.evaluate(args.data, args.out, args.model, args.bootstrap, args.stacking, args.label_fraction,
-                               args.encoder, args.keep_negative, files, overrides, also=also, cache=args.cache,
-                               stack_fit=args.stack_fit, val_windows=args.val_windows, **_common(args))
+    result = pipeline.evaluate(args.data, args.out, args.model, args.bootstrap, label_fraction=args.label_fraction,
+                               encoder=args.encoder, keep_negative=args.keep_negative, files=files, overrides=overrides,
+                               also=also, cache=args.cache, val_windows=args.val_windows, seeds=args.seeds,
+                               primary=args.primary, **_common(args))
     print(Path(args.out, "report.md").read_text())
     return 0 if result else 1
 

@@ -153,33 +153,44 @@ def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = Non
 
 # -- evaluate / score ----------------------------------------------------------------------------------------
 def evaluate(data: str | Path, out: str | Path, model: str | Path | None = None, bootstrap: int = 1000,
-             stacking: bool = False, label_fraction: float | None = None, encoder: str | Path | None = None,
+             label_fraction: float | None = None, encoder: str | Path | None = None,
              keep_negative: float = 1.0, files=(), overrides=(), device: str = "auto", threads: int = 0,
              customer_disjoint: bool = False, also: dict[str, str] | None = None, cache: str | Path | None = None,
-             stack_fit: str = "both", val_windows: int | None = None) -> dict:
+             val_windows: int | None = None, seeds: int | None = None, primary: str | None = None) -> dict:
     """The test-period report of the fine-tuned run folder ``model`` (omitted: the baselines only) on
     the bank ``data`` against gradient boosting, written to ``out`` (``report.md``, ``metrics.json``,
     ``pr_curve.png``); returns the metrics.
 
-    ``stacking`` adds the stacked models; ``label_fraction`` with ``encoder`` (a pretrained run folder)
-    first fine-tunes from it and from scratch on that share of the labels (``keep_negative``, ``files``
-    and ``overrides`` as ``finetune``'s) and reports both. ``also``: further fine-tuned run folders by
-    report name (e.g. ``{"joint": "runs/ftj"}``: a name starting with ``joint`` enters criterion 2);
-    ``cache``: a folder keeping the boosters' scores between evaluations of the same bank;
-    ``stack_fit``: ``both`` stacked variants, or ``validation`` only (no scoring of the training period);
-    ``val_windows``: the few-label pair validates on a seeded sample of that many windows."""
+    With ``model`` the report holds ``sequence`` and ``stacked`` (the monotone blend of out-of-fit scores,
+    fitted on validation and checked out of fold, :mod:`.evaluation.stacking`). ``encoder`` (a pretrained
+    run folder) adds ``hgb_rolling_encoder``; with ``label_fraction`` it also fine-tunes from it and from
+    scratch on that share of the labels, ``seeds`` times each (default 3; ``keep_negative``, ``files`` and
+    ``overrides`` as ``finetune``'s), for criterion 4. ``also``: further fine-tuned run folders by report
+    name (e.g. ``{"joint": "runs/ftj"}``: a name starting with ``joint`` is a stacker input); ``cache``: a
+    folder keeping the boosters' scores between evaluations of the same bank; ``val_windows``: the
+    few-label runs validate on a seeded sample of that many windows; ``primary``: criterion 2's pre-declared
+    comparison, ``stacked`` (needs ``model``) or ``hgb_rolling_encoder`` (needs ``encoder``); default
+    ``stacked`` with a model, else ``hgb_rolling_encoder``."""
     device = setup(threads, device)
     check_out_dir(out)
-    if stacking and not model:
-        raise ValueError("--stacking needs --model; pass a fine-tuned run folder")
-    if (label_fraction is None) != (encoder is None):
+    if label_fraction is not None and encoder is None:
         raise ValueError("--label-fraction and --encoder go together; pass both (e.g. --label-fraction 0.1"
                          " --encoder runs/pre) or neither")
+    if seeds is not None and label_fraction is None:
+        raise ValueError(f"--seeds {seeds} counts the --label-fraction fine-tunes per arm; pass --label-fraction"
+                         " and --encoder too, or drop --seeds")
+    if seeds is not None and seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    needs = {"stacked": (model, "--model FT"), "hgb_rolling_encoder": (encoder, "--encoder PRE")}
+    if primary is not None:
+        if primary not in needs:
+            raise ValueError(f"--primary {primary!r} is not a primary comparison; choose one of {', '.join(needs)}")
+        if not needs[primary][0]:
+            raise ValueError(f"--primary {primary} needs {needs[primary][1]}; pass it, or choose the other primary")
     if label_fraction is not None:
         label_customers([], label_fraction)  # fail before loading anything
+    if encoder is not None:
         require_encoder(encoder)
-    if stack_fit not in STACK_FIT_CHOICES:
-        raise ValueError(f"--stack-fit must be one of {sorted(STACK_FIT_CHOICES)}, got {stack_fit!r}")
     for name, path in (also or {}).items():
         require_fraud_model(path, f"--also {name}")
     if model:
@@ -192,26 +203,21 @@ def evaluate(data: str | Path, out: str | Path, model: str | Path | None = None,
             raise ValueError(f"--also {name} holds another fitted schema than --model; fine-tune both from the same"
                              " encoder (the bank is tokenised once, with one schema)")
     schema = reference.config.fitted_schema if reference is not None else preset_schema("lfm2_tiny")
-    models, pairs = {}, []
+    models, arms = {}, None
+    enc = load_model(encoder, TransactionEncoder).to(device) if encoder is not None else None
+    if enc is not None and reference is not None and enc.config.schema != reference.config.schema:
+        raise ValueError("--encoder and --model hold different fitted schemas; pass the encoder the model was"
+                         " fine-tuned from")
+    if enc is not None:
+        schema = enc.config.fitted_schema
+    bank = load_prepared_bank(data, schema, customer_disjoint)
     if label_fraction is not None:
-        label_customers([], label_fraction)  # fail before loading anything
-        enc = load_model(encoder, TransactionEncoder)
-        if fraud is not None and enc.config.schema != fraud.config.schema:
-            raise ValueError("--encoder and --model hold different fitted schemas; pass the encoder the model was"
-                             " fine-tuned from")
-        bank = load_prepared_bank(data, enc.config.fitted_schema, customer_disjoint)
-        models = training.finetune_label_fraction_pair(bank, Path(out, "label_fraction"), enc, label_fraction,
-                                                       [f"device={device}", *overrides], keep_negative, files=list(files),
-                                                       val_windows=val_windows)
-        pairs = [("lf_pretrained", "lf_scratch")]
-    else:
-        bank = load_prepared_bank(data, schema, customer_disjoint)
+        models, arms = training.finetune_label_fraction_arms(
+            bank, Path(out, "label_fraction"), enc, label_fraction, [f"device={device}", *overrides], keep_negative,
+            files=list(files), val_windows=val_windows, seeds=range(3 if seeds is None else seeds))
     models.update(extras)
-    return evaluate_models(bank, fraud, out, bootstrap, device=device, progress=True, stacking=stacking,
-                           models=models, pairs=pairs, cache_dir=cache, stack_fits=STACK_FIT_CHOICES[stack_fit])
-
-
-STACK_FIT_CHOICES = {"both": ("stacked", "stacked_val"), "validation": ("stacked_val",)}
+    return evaluate_models(bank, fraud, out, bootstrap, device=device, progress=True, models=models,
+                           cache_dir=cache, encoder=enc, primary=primary, arms=arms)
 
 
 def score(data: str | Path, out: str | Path, model: str | Path | None = None, device: str = "auto",

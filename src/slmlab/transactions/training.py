@@ -14,7 +14,7 @@ from ..train.checkpoint import list_checkpoints
 from ..train.config import load_config
 from ..train.trainer import Trainer
 from .data.bank import Bank, label_customers
-from .data.windows import TransactionWindows, WindowOptions, sample_windows
+from .data.windows import TransactionWindows, WindowOptions, fraud_positions, sample_windows
 from .evaluation.pretrain import pretrain_report, unigram_counts
 from .heads import TransactionFraudModel, head_spec
 from .model import TransactionEncoder, TxnEncoderConfig
@@ -22,6 +22,7 @@ from .run_folder import bank_fingerprint, check_fresh_or_resume, resume_run, run
 
 PRETRAIN_DEFAULTS = {"batch_size": 32, "max_steps": 200, "eval_every": 0, "checkpoint_every": 0, "log_every": 10,
                      "tensorboard": False, "optim": {"lr": 1e-3, "weight_decay": 0.1}, "schedule": {"warmup": 0.1}}
+MIN_VAL_FRAUDS = 150  # the fine-tuning validation sample grows until it holds this many frauds (or all)
 FINETUNE_DEFAULTS = {"batch_size": 32, "max_steps": 200, "eval_every": 0, "checkpoint_every": 0, "log_every": 10,
                      "tensorboard": False, "optim": {"lr": 1e-3, "lr_scales": {"encoder.": 0.1}},
                      "schedule": {"warmup": 0.1}}
@@ -120,7 +121,9 @@ def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fra
     torch.manual_seed(cfg.seed)
     T = encoder.config.max_transactions if encoder is not None else TxnEncoderConfig.from_preset(preset).max_transactions
     windows, fixed = spec.windows(bank, T, WindowOptions(keep_negative, fraud_share, label_fraction, seed), head_config)
-    windows["validation"] = sample_windows(windows["validation"], val_windows, cfg.seed)
+    unbalanced = windows.pop("probe", None)
+    windows["validation"] = sample_windows(windows["validation"], val_windows, cfg.seed, MIN_VAL_FRAUDS)
+    val_frauds = fraud_positions(windows["validation"])
     config = {**head_config, **fixed, "freeze_backbone": linear_probe}
     if encoder is None:
         model = spec.model_class(spec.config_class.from_preset(preset, schema=bank.fitted, **config))
@@ -128,12 +131,14 @@ def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fra
         model = spec.model_class.from_encoder(encoder, **config)
     source = TransactionWindows(windows, partial(spec.labels, config=model.config))
     bs = cfg.eval_batch_size or cfg.batch_size
-    # with a validation sample, each evaluation also scores as many training windows: the train-vs-validation
-    # gap of the metrics.jsonl lines shows memorising (fraud windows repeated by fraud_share) as it happens
-    probe = sample_windows(windows["train"], val_windows, cfg.seed) if val_windows else None
+    # with a validation sample, each evaluation also scores as many training windows, drawn before any
+    # rebalancing (the base rate of the training period, as validation's): the train-vs-validation gap of the
+    # metrics.jsonl lines then compares like with like
+    probe = sample_windows(unbalanced if unbalanced is not None else windows["train"], val_windows,
+                           cfg.seed) if val_windows else None
 
     def evaluator(m, split):
-        out = spec.evaluate(m, windows[split], bs)
+        out = {**spec.evaluate(m, windows[split], bs), "val_frauds": val_frauds}
         if probe is not None:
             out.update({f"train_{k}": v for k, v in spec.evaluate(m, probe, bs).items() if k != "acc"})
         return out
@@ -145,22 +150,27 @@ def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fra
     return trainer
 
 
-def finetune_label_fraction_pair(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder,
+def finetune_label_fraction_arms(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder,
                                  label_fraction: float, overrides: list[str] = (), keep_negative: float = 1.0,
-                                 seed: int = 0, files: list[str] = (),
-                                 val_windows: int | None = None) -> dict[str, TransactionFraudModel]:
-    """Does pretraining pay with few labels? Fine-tune twice with one recipe, budget and label subset:
-    from ``encoder`` (``lf_pretrained``, in ``out_dir/pretrained``) and from a freshly initialised
-    encoder of the same architecture and schema (``lf_scratch``, in ``out_dir/scratch``). Returns the
-    two trained models (``val_windows``: validation on a seeded sample, as :func:`finetune`'s)."""
+                                 seeds=(0, 1, 2), files: list[str] = (),
+                                 val_windows: int | None = None) -> tuple[dict[str, TransactionFraudModel], dict]:
+    """Does pretraining pay with few labels? For each seed ``k``, fine-tune twice with one recipe, budget
+    and label subset (drawn with seed ``k``, as the window order and the run's ``seed``): from ``encoder``
+    (``lf_pretrained_s<k>``, in ``out_dir/pretrained-s<k>``) and from a freshly initialised encoder of the
+    same architecture and schema (``lf_scratch_s<k>``, in ``out_dir/scratch-s<k>``). Returns the trained
+    models and the arms, ``{"lf_pretrained": [names], "lf_scratch": [names]}``, for the report's seeded
+    criterion 4 (``val_windows``: validation on a seeded sample, as :func:`finetune`'s)."""
     label_customers([], label_fraction)  # validate before minutes of training
-    torch.manual_seed(seed)
-    scratch = TransactionEncoder(TxnEncoderConfig(**encoder.config.encoder_dict()))
-    out = {}
-    for name, enc in (("pretrained", encoder), ("scratch", scratch)):
-        if list_checkpoints(Path(out_dir, name, "checkpoints")):  # this report folder's earlier pair: replaced
-            shutil.rmtree(Path(out_dir, name))
-        trainer = finetune(bank, Path(out_dir, name), enc, overrides=overrides, keep_negative=keep_negative,
-                           seed=seed, files=files, label_fraction=label_fraction, val_windows=val_windows)
-        out[f"lf_{name}"] = trainer.model
-    return out
+    out, arms = {}, {"lf_pretrained": [], "lf_scratch": []}
+    for k in seeds:
+        torch.manual_seed(k)
+        scratch = TransactionEncoder(TxnEncoderConfig(**encoder.config.encoder_dict()))
+        for name, enc in (("pretrained", encoder), ("scratch", scratch)):
+            folder = Path(out_dir, f"{name}-s{k}")
+            if list_checkpoints(folder / "checkpoints"):  # this report folder's earlier run: replaced
+                shutil.rmtree(folder)
+            trainer = finetune(bank, folder, enc, overrides=[*overrides, f"seed={k}"], keep_negative=keep_negative,
+                               seed=k, files=files, label_fraction=label_fraction, val_windows=val_windows)
+            out[f"lf_{name}_s{k}"] = trainer.model
+            arms[f"lf_{name}"].append(f"lf_{name}_s{k}")
+    return out, arms

@@ -195,15 +195,30 @@ def build_windows(encoded: dict[str, np.ndarray], T: int = 64, stride: int = 32,
                    np.asarray(score_out, np.int64))
 
 
-def sample_windows(windows: Windows, n: int | None, seed: int = 0) -> Windows:
+def fraud_positions(windows: Windows) -> int:
+    """How many real positions of ``windows`` carry a fraud label (a row in two windows counts twice)."""
+    return int(((windows.labels == 1) & windows.txn_mask).sum())
+
+
+def sample_windows(windows: Windows, n: int | None, seed: int = 0, min_frauds: int = 0) -> Windows:
     """A seeded sample of ``n`` of ``windows``, in their order (all of them when ``n`` is None or at least
-    their number): validation on a large bank reads a fixed sample instead of every window."""
+    their number): validation on a large bank reads a fixed sample instead of every window.
+
+    ``min_frauds``: the sample grows, along the same seeded order, until its fraud positions
+    (:func:`fraud_positions`) reach it, or it holds every window: the base rate stays the validation
+    period's (no fraud window is picked for being one), and a step chosen on it is chosen on at least
+    ``min_frauds`` frauds, or on all there are."""
     if n is None or n >= len(windows):
         return windows
     if int(n) < 1:
         raise ValueError(f"the validation sample needs at least 1 window, got {n!r}; leave it out to use every window")
-    idx = np.sort(np.random.default_rng(seed).choice(len(windows), int(n), replace=False))
-    return windows.take(idx)
+    order = np.random.default_rng(seed).permutation(len(windows))
+    size = int(n)
+    per = ((windows.labels == 1) & windows.txn_mask).sum(1)[order]
+    if min_frauds > 0 and per.sum() > 0:  # windows without fraud labels (other heads): the plain sample
+        reached = np.flatnonzero(np.cumsum(per) >= min_frauds)
+        size = max(size, int(reached[0]) + 1 if len(reached) else len(windows))
+    return windows.take(np.sort(order[:size]))
 
 
 def balance_windows(windows: Windows, keep_negative: float = 1.0, fraud_share: float = 0.0, seed: int = 0) -> Windows:

@@ -19,8 +19,8 @@ from ..data.synth import SynthConfig, generate, world_of
 from ..data.windows import Windows, build_windows
 from ..evaluation.baseline import hgb_scores
 from ..evaluation.evaluate import threshold_at_fpr
-from ..evaluation.score import score_bank, score_embed_bank, score_windows
-from ..evaluation.stacking import STACK_FITS, stacked_scores
+from ..evaluation.score import score_bank, score_windows
+from ..evaluation.stacking import stacked_scores
 from ..heads import TransactionFraudModel
 from ..model import preset_schema
 from ..training import finetune, pretrain
@@ -115,7 +115,7 @@ def build_state(model: TransactionFraudModel, bank: Bank, synth=None, baselines:
         if baselines else {}
     scores["sequence"] = score_bank(model, bank, bank.cuts["val_start"])
     if baselines and stacked:
-        scores.update(stacked_model_scores(model, bank))
+        scores.update(stacked_model_scores(scores, bank))
     thresholds = {name: threshold_at_fpr(y_val[val_ok], s[val_ok], 0.01) for name, s in scores.items()}
     y = df["is_fraud"].fillna(0).to_numpy().astype(int) if "is_fraud" in df else np.zeros(len(df), int)
     ftype = df["fraud_type"].astype(str).to_numpy() if "fraud_type" in df else np.full(len(df), "nan")
@@ -123,12 +123,12 @@ def build_state(model: TransactionFraudModel, bank: Bank, synth=None, baselines:
                      ftype[test], thresholds, synth, timings={"state_s": time.perf_counter() - t0})
 
 
-def stacked_model_scores(model: TransactionFraudModel, bank: Bank) -> dict[str, np.ndarray]:
-    """``{"stacked": scores [N]}``: gradient boosting on the rolling features plus the sequence
-    model's streaming score plus 16 principal components of the customer embedding, fitted on the
-    training period (:mod:`slmlab.transactions.evaluation.stacking`)."""
-    seq, emb = score_embed_bank(model, bank)
-    return stacked_scores(bank, seq, emb, {"stacked": STACK_FITS["stacked"]})[0]
+def stacked_model_scores(scores: dict[str, np.ndarray], bank: Bank) -> dict[str, np.ndarray]:
+    """``{"stacked": scores [N]}``: the report's stacker (:func:`~slmlab.transactions.evaluation.stacking.stacked_scores`:
+    a monotone blend of HGB-rolling and the sequence score fitted on validation, or the better of the two
+    when the blend does not beat it out of fold), with the validation labels known by the end of the data
+    (as the demo's thresholds)."""
+    return {"stacked": stacked_scores(bank, scores, labels_at=bank.cuts["end"])[0]}
 
 
 def load_state(checkpoint: str | Path, data: str | Path, baselines: bool = True) -> DemoState:

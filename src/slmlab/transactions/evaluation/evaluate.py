@@ -22,9 +22,10 @@ import numpy as np
 from ...outputs import dumps_finite
 from .._deps import pd
 from ..data.bank import Bank
-from .baseline import HGB_VARIANTS, cached_hgb_scores, data_key
-from .score import score_bank, score_embed_bank
-from .stacking import STACK_FITS, stacked_scores
+from .augmented import encoder_shift, hgb_encoder_scores
+from .baseline import HGB_VARIANTS, cached_hgb_scores, data_key, token_lr_scores
+from .score import score_bank, score_states
+from .stacking import stacked_scores
 
 
 def recall_at_fpr(y: np.ndarray, s: np.ndarray, fpr_max: float, w: np.ndarray | None = None) -> float:
@@ -139,10 +140,12 @@ def point_metrics(y: np.ndarray, s: np.ndarray, w: np.ndarray | None = None) -> 
 
 
 def bootstrap(y: np.ndarray, scores: dict[str, np.ndarray], customers: np.ndarray, n: int = 1000, seed: int = 0,
-              pairs: list[tuple[str, str]] = ()) -> dict:
+              pairs: list[tuple[str, str]] = (), arms: dict[str, list[str]] | None = None) -> dict:
     """95% CIs of PR-AUC, ROC-AUC and recall at 0.1% FPR per model and of paired differences (``a - b``:
     ``pr_auc`` CI and ``mean``, ``recall_at_fpr_0.1pct`` CI and ``recall_mean``), resampling customers.
-    ROC-AUC and the recall come from one weighted ROC curve per resample."""
+    ROC-AUC and the recall come from one weighted ROC curve per resample. ``arms``: arm name -> the
+    models that are its seeds; the difference of the first two arms is bootstrapped over customers and
+    seeds together (:func:`arm_difference`) under ``"<arm a> - <arm b>"``."""
     from sklearn.metrics import auc, average_precision_score, roc_curve
 
     codes, uniq = pd.factorize(customers)
@@ -166,8 +169,33 @@ def bootstrap(y: np.ndarray, scores: dict[str, np.ndarray], customers: np.ndarra
         out[f"{a} - {b}"] = {"pr_auc": _ci(diff), "mean": float(diff.mean()) if len(diff) else float("nan"),
                              "recall_at_fpr_0.1pct": _ci(rdiff),
                              "recall_mean": float(rdiff.mean()) if len(rdiff) else float("nan")}
+    if arms:
+        (a, names_a), (b, names_b) = list(arms.items())[:2]
+        out[f"{a} - {b}"] = {"seeds": {a: list(names_a), b: list(names_b)}}
+        for metric, mean_key in (("pr_auc", "mean"), ("recall_at_fpr_0.1pct", "recall_mean")):
+            d = arm_difference(np.array([draws[m][metric] for m in names_a]).T,
+                               np.array([draws[m][metric] for m in names_b]).T, seed)
+            out[f"{a} - {b}"].update({metric: d["ci"], mean_key: d["mean"]})
     out["resamples"] = len(next(iter(draws.values()))["pr_auc"]) if draws else 0
     return out
+
+
+def arm_difference(draws_a: np.ndarray, draws_b: np.ndarray, seed: int = 0) -> dict:
+    """CI of ``mean(arm a) - mean(arm b)`` over seeds, with the seed variance in it.
+
+    ``draws_a [n, k_a]``, ``draws_b [n, k_b]``: a metric per customer resample (rows, the same resamples
+    for every model) and per seed (columns). Each resample also redraws each arm's seeds with
+    replacement (a two-level bootstrap: customers, then seeds), so two arms whose seeds disagree get a
+    CI at least as wide as that disagreement. Returns ``{"ci": [lo, hi], "mean": ...}``; with one seed
+    per arm it is the plain paired difference."""
+    a, b = np.asarray(draws_a, float), np.asarray(draws_b, float)
+    if not len(a):
+        return {"ci": [float("nan")] * 2, "mean": float("nan")}
+    rng = np.random.default_rng(seed + 1)
+    ia = rng.integers(0, a.shape[1], a.shape)
+    ib = rng.integers(0, b.shape[1], b.shape)
+    diff = np.take_along_axis(a, ia, 1).mean(1) - np.take_along_axis(b, ib, 1).mean(1)
+    return {"ci": _ci(diff), "mean": float(a.mean() - b.mean())}
 
 
 def _ci(values) -> list[float]:
@@ -175,90 +203,133 @@ def _ci(values) -> list[float]:
     return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) else [float("nan")] * 2
 
 
-def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = None, n_boot: int = 1000,
-                    device="cpu", extra: dict | None = None, progress: bool = False, stacking: bool = False,
-                    models: dict | None = None, pairs: list[tuple[str, str]] = (), cache_dir: str | Path | None = None,
-                    stack_fits: tuple[str, ...] = ("stacked", "stacked_val")) -> dict:
-    """Score the test period with every model, compute the metrics and write the report folder
-    (``report.md``, ``metrics.json``, ``pr_curve.png``). Returns the metrics dict.
+SEQUENCE_FLOOR = "token_lr"  # every sequence recipe is reported against this per-row floor
 
-    Args:
-        stacking: also the stacked models of :mod:`slmlab.transactions.evaluation.stacking` (needs ``fraud_model``;
-            its scores then come from the same one-pass scoring of every row).
-        models: further fraud models (name -> model) scored like ``fraud_model``, e.g. the
-            label-fraction pair or a joint-fusion model; ``pairs``: further paired differences to bootstrap.
-        cache_dir: where the gradient-boosting scores are kept between evaluations of the same bank
-            (:func:`~.baseline.cached_hgb_scores`; None: always fitted).
-        stack_fits: the stacked variants (:data:`~.stacking.STACK_FITS` names). Without ``stacked`` (fitted
-            on the training period) only the validation and test rows are scored, and the customer
-            embedding's PCA is fitted on the validation rows the booster is fitted on: on a large bank
-            this skips scoring the whole training period with the sequence model.
-    """
-    if stacking and fraud_model is None:
-        raise ValueError("stacking needs the fine-tuned fraud model; pass --model (a fine-tuned run folder)")
-    df = bank.df
-    test = bank.period_mask(bank.cuts["test_start"], None)
-    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
-    if bank.holdout:
-        test &= df["customer_id"].isin(bank.holdout).to_numpy()
+
+def _all_scores(bank: Bank, fraud_model, encoder, models: dict, cache_dir, device, progress, stacking: bool):
+    """Every model's scores ``[N]``, the fit info and the timings of :func:`evaluate_models`."""
     timings, info = {}, {}
     all_scores: dict[str, np.ndarray] = {}
     key = data_key(bank) if cache_dir is not None else None
     for name, kw in HGB_VARIANTS.items():
         all_scores[name], info[name] = cached_hgb_scores(bank, name, kw, cache_dir, key)
         timings[name] = info[name]["total_seconds"]
-    if fraud_model is not None and stacking:
+    all_scores[SEQUENCE_FLOOR], info[SEQUENCE_FLOOR] = token_lr_scores(bank)
+    timings[SEQUENCE_FLOOR] = info[SEQUENCE_FLOOR]["total_seconds"]
+    if encoder is not None:
         t0 = time.perf_counter()
-        fits = {name: STACK_FITS[name] for name in stack_fits}
-        since = None if "stacked" in fits else bank.cuts["val_start"]
-        all_scores["sequence"], emb = score_embed_bank(fraud_model, bank, device=device, progress=progress, since=since)
-        timings["sequence_scoring_all_rows" if since is None else "sequence_scoring"] = time.perf_counter() - t0
-        stacked, stack_info = stacked_scores(bank, all_scores["sequence"], emb, fits)
-        all_scores.update(stacked)
-        info.update(stack_info)
-        timings.update({k: v["total_seconds"] for k, v in stack_info.items()})
-    elif fraud_model is not None:
-        t0 = time.perf_counter()
-        all_scores["sequence"] = score_bank(fraud_model, bank, bank.cuts["val_start"], device=device, progress=progress)
-        timings["sequence_scoring"] = time.perf_counter() - t0
-    for name, m in (models or {}).items():
+        states = score_states(encoder, bank, device=device, progress=progress)
+        timings["encoder_states_all_rows"] = time.perf_counter() - t0
+        all_scores["hgb_rolling_encoder"], info["hgb_rolling_encoder"] = hgb_encoder_scores(bank, states)
+        info["hgb_rolling_encoder"]["encoder_shift"] = encoder_shift(encoder, bank, device=device)
+        timings["hgb_rolling_encoder"] = time.perf_counter() - t0
+    named = {"sequence": fraud_model} if fraud_model is not None else {}
+    for name, m in {**named, **(models or {})}.items():
         t0 = time.perf_counter()
         all_scores[name] = score_bank(m, bank, bank.cuts["val_start"], device=device, progress=progress)
         timings[f"{name}_scoring"] = time.perf_counter() - t0
-    y_all = df["is_fraud"].fillna(0).to_numpy().astype(int)
-    y = y_all[test]
+    if fraud_model is not None and stacking:
+        all_scores["stacked"], info["stacked"] = stacked_scores(bank, all_scores)
+    return all_scores, info, timings
+
+
+def _model_metrics(bank: Bank, s: np.ndarray, test: np.ndarray, y: np.ndarray, y_val: np.ndarray,
+                   val_ok: np.ndarray, ftype: np.ndarray) -> dict:
+    """One model's row: point metrics on test, and at its validation 1%-FPR threshold the per-pattern,
+    amount-weighted recall and the detection delay."""
+    df = bank.df
+    st = s[test]
+    m = point_metrics(y, st)
+    m["card_precision_at_100"] = card_precision_at_k(df[test], st)
+    op = operating_threshold(y_val[val_ok], s[val_ok], 0.01)
+    thr = op["threshold"]
+    m["val_threshold_1pct"], m["threshold_source"], m["val_threshold_fpr"] = thr, op["source"], op["fpr"]
+    m["val_threshold_counts"] = {"negatives": op["negatives"], "positives": op["positives"]}
+    alert = st >= thr
+    m["per_pattern_recall"] = {p: float(alert[(ftype[test] == p)].mean()) for p in np.unique(ftype[test][y == 1])}
+    m["amount_weighted_recall"] = amount_weighted_recall(y, alert, df["amount"].to_numpy()[test])
+    fr = y == 1
+    if "fraud_case_id" in df and fr.any():
+        m["detection_delay"] = detection_delay(df["fraud_case_id"].astype(str).to_numpy()[test][fr], ftype[test][fr],
+                                               df["timestamp"].to_numpy()[test][fr], alert[fr])
+    return m
+
+
+def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = None, n_boot: int = 1000,
+                    device="cpu", extra: dict | None = None, progress: bool = False, stacking: bool = True,
+                    models: dict | None = None, pairs: list[tuple[str, str]] = (), cache_dir: str | Path | None = None,
+                    encoder=None, primary: str | None = None, arms: dict[str, list[str]] | None = None) -> dict:
+    """Score the test period with every model, compute the metrics and write the report folder
+    (``report.md``, ``metrics.json``, ``pr_curve.png``). Returns the metrics dict.
+
+    Rows: ``hgb_raw``, ``hgb_rolling``, ``hgb_rolling_risk`` and the per-row floor ``token_lr`` always;
+    ``hgb_rolling_encoder`` with ``encoder`` (a pretrained, label-free
+    :class:`~slmlab.transactions.model.TransactionEncoder`: :mod:`.augmented`); ``sequence`` and (``stacking``,
+    default) ``stacked`` (:mod:`.stacking`) with ``fraud_model``.
+
+    Args:
+        models: further fraud models (name -> model) scored like ``fraud_model``, e.g. the
+            label-fraction seeds or a joint-fusion model (a name starting with ``joint`` is a stacker
+            input); ``pairs``: further paired differences to bootstrap.
+        cache_dir: where the gradient-boosting scores are kept between evaluations of the same bank
+            (:func:`~.baseline.cached_hgb_scores`; None: always fitted).
+        primary: criterion 2's one pre-declared comparison (``stacked``, ``hgb_rolling_encoder`` or a joint
+            model, against ``hgb_rolling``); default ``stacked`` with a fraud model, else
+            ``hgb_rolling_encoder``. The other fused models are shown as secondary, not counted.
+        arms: arm name -> its seeds' model names (two arms: criterion 4's pretrained and scratch).
+    """
+    fused = ["stacked"] if fraud_model is not None and stacking else []
+    fused += ["hgb_rolling_encoder"] * (encoder is not None) + [n for n in models or {} if n.startswith("joint")]
+    primary = primary or ("stacked" if "stacked" in fused else "hgb_rolling_encoder")
+    if fused and primary not in fused:
+        raise ValueError(f"the primary comparison {primary!r} is not among the fused models evaluated {fused}")
+    all_scores, info, timings = _all_scores(bank, fraud_model, encoder, models, cache_dir, device, progress, stacking)
+    df = bank.df
+    test = bank.period_mask(bank.cuts["test_start"], None)
+    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
+    if bank.holdout:
+        test &= df["customer_id"].isin(bank.holdout).to_numpy()
+    y = df["is_fraud"].fillna(0).to_numpy().astype(int)[test]
     y_val = bank.labels(bank.cuts["test_start"])
-    val_ok = val & (y_val >= 0)
     result: dict = {"n_test": int(test.sum()), "n_test_fraud": int(y.sum()), "models": {}, "timings_s": timings,
-                    "cuts": {k: str(v) for k, v in bank.cuts.items()}}
+                    "cuts": {k: str(v) for k, v in bank.cuts.items()}, "primary": f"{primary} - hgb_rolling"}
     ftype = df["fraud_type"].astype(str).to_numpy() if "fraud_type" in df else np.array(["nan"] * len(df))
     for name, s in all_scores.items():
-        st = s[test]
-        m = point_metrics(y, st)
-        m["card_precision_at_100"] = card_precision_at_k(df[test], st)
-        op = operating_threshold(y_val[val_ok], s[val_ok], 0.01)
-        thr = op["threshold"]
-        m["val_threshold_1pct"], m["threshold_source"], m["val_threshold_fpr"] = thr, op["source"], op["fpr"]
-        m["val_threshold_counts"] = {"negatives": op["negatives"], "positives": op["positives"]}
-        alert = st >= thr
-        m["per_pattern_recall"] = {p: float(alert[(ftype[test] == p)].mean()) for p in np.unique(ftype[test][y == 1])}
-        m["amount_weighted_recall"] = amount_weighted_recall(y, alert, df["amount"].to_numpy()[test])
-        fr = y == 1
-        if "fraud_case_id" in df and fr.any():
-            m["detection_delay"] = detection_delay(df["fraud_case_id"].astype(str).to_numpy()[test][fr], ftype[test][fr],
-                                                   df["timestamp"].to_numpy()[test][fr], alert[fr])
-        result["models"][name] = m
+        result["models"][name] = _model_metrics(bank, s, test, y, y_val, val & (y_val >= 0), ftype)
+    if "stacked" in info:
+        result["models"]["stacked"]["stacker"] = {k: v for k, v in info["stacked"].items()}
+    recipes = [n for n in all_scores if n == "sequence" or n.startswith(("joint", "lf_")) or n in (models or {})]
     seq_pairs = [("sequence", "hgb_rolling"), ("sequence", "hgb_raw")] if fraud_model is not None else []
     pairs = [*seq_pairs, ("hgb_rolling", "hgb_raw"), ("hgb_rolling_risk", "hgb_rolling"),
-             *[(name, "hgb_rolling") for name in all_scores if name.startswith(FUSED)], *pairs]
+             *[(name, "hgb_rolling") for name in all_scores if name.startswith(FUSED)],
+             *[(name, SEQUENCE_FLOOR) for name in recipes], *pairs]
     result["bootstrap"] = bootstrap(y, {k: v[test] for k, v in all_scores.items()}, df["customer_id"].to_numpy()[test],
-                                    n_boot, pairs=pairs)
+                                    n_boot, pairs=list(dict.fromkeys(pairs)), arms=arms)
+    result["floor"] = {name: _floor(result, name) for name in recipes}
     result["hgb"] = {k: {kk: vv for kk, vv in v.items() if kk != "features"} for k, v in info.items()}
+    if arms:
+        result["arms"] = {arm: _arm_means(result["models"], names) for arm, names in arms.items()}
     result.update(extra or {})
     result["criteria"] = usefulness_criteria(result)
     if out_dir is not None:
         write_report(result, {k: v[test] for k, v in all_scores.items()}, y, Path(out_dir))
     return result
+
+
+def _floor(result: dict, name: str) -> dict:
+    """Does the sequence recipe ``name`` beat ``token_lr``? The paired PR-AUC difference, its CI and the
+    verdict of "difference > 0" (``above``, ``not above`` or ``undecided``)."""
+    key = f"{name} - {SEQUENCE_FLOOR}"
+    ci = result["bootstrap"][key]["pr_auc"]
+    v = verdict(ci, 0.0)
+    return {"difference": key, "pr_auc_diff": result["models"][name]["pr_auc"] - result["models"][SEQUENCE_FLOOR]["pr_auc"],
+            "pr_auc_ci": ci, "verdict": {"met": "above", "not met": "not above"}.get(v, v)}
+
+
+def _arm_means(models: dict, names: list[str]) -> dict:
+    """An arm's metrics: the mean over its seeds, and each seed's PR-AUC."""
+    return {"seeds": list(names), "pr_auc_by_seed": [models[n]["pr_auc"] for n in names],
+            **{k: float(np.mean([models[n][k] for n in names])) for k in ("pr_auc", "recall_at_fpr_0.1pct")}}
 
 
 def verdict(ci, threshold: float) -> str:
@@ -282,11 +353,13 @@ def _half_width(ci) -> float:
     return float((ci[1] - ci[0]) / 2)
 
 
-def _criterion(result: dict, name: str, a: str, b: str, min_pr: float, min_recall: float | None = None) -> dict | None:
+def _criterion(result: dict, name: str, a: str, b: str, min_pr: float, min_recall: float | None = None,
+               models: dict | None = None) -> dict | None:
     """One criterion on the paired difference ``a - b``: met when PR-AUC diff >= ``min_pr`` (or, given
     ``min_recall``, recall at 0.1% FPR diff >= ``min_recall``), decided on the bootstrap CIs by
-    :func:`verdict`; the point differences on the whole test set are reported beside them."""
-    models, boot = result["models"], result["bootstrap"]
+    :func:`verdict`; the point differences on the whole test set are reported beside them. ``models``:
+    where ``a`` and ``b``'s metrics are read (default the report's rows; criterion 4: its arms)."""
+    models, boot = models if models is not None else result["models"], result["bootstrap"]
     key = f"{a} - {b}"
     if a not in models or b not in models or key not in boot:
         return None
@@ -302,13 +375,14 @@ def _criterion(result: dict, name: str, a: str, b: str, min_pr: float, min_recal
     out = {"criterion": name, "difference": key, "rule": rule, "pr_auc_threshold": min_pr,
            "pr_auc_diff": float(d_pr), "pr_auc_ci": ci, "pr_auc_ci_half_width": _half_width(ci),
            "recall_0.1pct_diff": float(d_rec), "recall_0.1pct_ci": rci, "recall_0.1pct_ci_half_width": _half_width(rci),
-           "verdicts": verdicts, "verdict": any_verdict(verdicts.values())}
+           "verdicts": verdicts, "verdict": any_verdict(verdicts.values()), "counted": True}
     if min_recall is not None:
         out["recall_0.1pct_threshold"] = min_recall
     return out
 
 
-FUSED = ("stacked", "joint")  # the models that combine the sequence model with the rolling features (criterion 2)
+# the models that join the encoder to the rolling features (criterion 2): one is the report's primary
+FUSED = ("stacked", "joint", "hgb_rolling_encoder")
 CRITERIA_MARGINS = {"1 parity": -0.01, "2 useful": 0.03, "2 useful (recall)": 0.05, "3 strong": 0.03,
                     "4 pretraining pays": 0.05}
 
@@ -317,26 +391,33 @@ def usefulness_criteria(result: dict) -> list[dict]:
     """When the sequence model counts as useful, on the test set with paired customer-bootstrap CIs:
 
     1. parity: sequence - HGB-rolling PR-AUC >= -0.01;
-    2. useful: stacked (or joint fusion) - HGB-rolling PR-AUC >= +0.03, or recall at 0.1% FPR >= +0.05
-       (for each stacked variant and each joint-fusion model present: names starting with ``stacked`` or
-       ``joint``);
+    2. useful: the report's one pre-declared primary (``result["primary"]``, e.g. ``"stacked -
+       hgb_rolling"``; default ``stacked``) PR-AUC >= +0.03, or recall at 0.1% FPR >= +0.05. Every other
+       fused model present (a name starting with ``stacked``, ``joint`` or ``hgb_rolling_encoder``) is
+       shown as ``2 useful, secondary (<name>)`` with ``counted: False``: several comparisons are never
+       pooled into one "any of them passed";
     3. strong: sequence - HGB-rolling PR-AUC >= +0.03;
-    4. pretraining pays: with a fraction of the labels, pretrained - from-scratch PR-AUC >= +0.05.
+    4. pretraining pays: with a fraction of the labels, pretrained - from-scratch PR-AUC >= +0.05; with
+       ``result["arms"]`` (seeds per arm) the arms' seed means, the CI over customers and seeds.
 
     Each rule is decided on the 95% CI of its paired difference (:func:`verdict`): ``met`` when the CI's
     lower bound is at or above the margin, ``not met`` when its upper bound is below it, ``undecided``
     when the CI straddles it (criterion 2: met if either rule is met, not met if both are not met).
-    A PR-AUC rule of criterion 2 or 3 met this way has its CI above +0.03, so above 0 too. Criteria whose
-    models were not evaluated are left out.
+    Criteria whose models were not evaluated are left out.
     """
     m = CRITERIA_MARGINS
+    primary = result.get("primary", "stacked - hgb_rolling").split(" - ")[0]
     out = [_criterion(result, "1 parity", "sequence", "hgb_rolling", m["1 parity"])]
-    for name in result["models"]:
-        if name.startswith(FUSED):
-            out.append(_criterion(result, f"2 useful ({name})", name, "hgb_rolling", m["2 useful"],
-                                  m["2 useful (recall)"]))
+    fused = [n for n in result["models"] if n.startswith(FUSED)]
+    for name in sorted(fused, key=lambda n: n != primary):
+        label = "2 useful" if name == primary else f"2 useful, secondary ({name})"
+        c = _criterion(result, label, name, "hgb_rolling", m["2 useful"], m["2 useful (recall)"])
+        if c is not None:
+            c["counted"] = name == primary
+        out.append(c)
     out.append(_criterion(result, "3 strong", "sequence", "hgb_rolling", m["3 strong"]))
-    out.append(_criterion(result, "4 pretraining pays", "lf_pretrained", "lf_scratch", m["4 pretraining pays"]))
+    out.append(_criterion(result, "4 pretraining pays", "lf_pretrained", "lf_scratch", m["4 pretraining pays"],
+                          models=result.get("arms")))
     return [c for c in out if c is not None]
 
 
@@ -374,7 +455,9 @@ def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out
         lines += ["", "When the sequence model counts as useful (differences on the whole test set, paired 95% CIs"
                   " and their half-widths). Verdict per rule \"diff >= margin\": met = the CI's lower bound is at or"
                   " above the margin; not met = its upper bound is below it; undecided = the CI straddles the margin"
-                  " (the data cannot decide). Criterion 2 is met if either rule is met, not met if both are not met.",
+                  " (the data cannot decide). Criterion 2 is met if either rule is met, not met if both are not met;"
+                  f" its one counted comparison is the pre-declared primary, {result.get('primary', 'stacked - hgb_rolling')}"
+                  " (secondary rows are shown, not counted).",
                   "", "| criterion | difference | rule | PR-AUC diff [CI] +/-half | recall@0.1%FPR diff [CI] +/-half"
                   " | verdict |", "|---|---|---|---|---|---|"]
         for c in result["criteria"]:
@@ -383,6 +466,15 @@ def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out
                          f" [{ci[0]:+.3f}, {ci[1]:+.3f}] +/-{c['pr_auc_ci_half_width']:.3f} |"
                          f" {c['recall_0.1pct_diff']:+.3f} [{rci[0]:+.3f}, {rci[1]:+.3f}]"
                          f" +/-{c['recall_0.1pct_ci_half_width']:.3f} | {c['verdict']} |")
+    stacker = result["models"].get("stacked", {}).get("stacker")
+    if stacker:
+        lines += ["", f"stacked: chose {stacker['choice']} ({stacker['reason']}; inputs {', '.join(stacker['inputs'])},"
+                  f" {stacker['val_frauds']} validation frauds, weights {stacker['weights']})."]
+    if result.get("floor"):
+        lines += ["", "Per-row floor: each sequence recipe against `token_lr` (one-hot current-row tokens):", ""]
+        for f in result["floor"].values():
+            lines.append(f"- {f['difference']}: {f['pr_auc_diff']:+.3f} [{f['pr_auc_ci'][0]:+.3f},"
+                         f" {f['pr_auc_ci'][1]:+.3f}]: {f['verdict']}")
     lines += ["", "At each model's validation 1%-FPR threshold (alert: score >= threshold; how it was set, and the"
               " realised validation FPR): per-pattern recall and amount-weighted recall:", ""]
     for name, m in result["models"].items():

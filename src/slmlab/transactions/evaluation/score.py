@@ -77,6 +77,26 @@ def score_transactions(model, df: pd.DataFrame, customers: pd.DataFrame | None =
     return pd.DataFrame({"transaction_id": sorted_df["transaction_id"].to_numpy()[keep], "score": scores[keep]})
 
 
+@torch.no_grad()
+def score_states(encoder, bank: Bank, batch_size: int = 64, device="cpu", progress: bool = False,
+                 since=None) -> np.ndarray:
+    """The encoder's state ``[N, D]`` (float32) at the score position of every row (at or after ``since``;
+    NaN elsewhere), streaming: one backbone pass per window, each row read once. ``encoder``: a
+    :class:`~slmlab.transactions.model.TransactionEncoder` (no head, no label ever shown)."""
+    encoder.eval()
+    w = bank_windows(encoder, bank, since)
+    F, k = w.ids.shape[2], encoder.score_index
+    rows_out, states_out = [], []
+    for batch in _progress(w, batch_size, device, progress, "encoder states"):
+        hidden = encoder.backbone_forward(batch.ids, batch.txn_mask)[:, k::F]
+        rows_out.append(batch.rows[batch.scored])
+        states_out.append(hidden[torch.as_tensor(batch.scored, device=hidden.device)].float().cpu().numpy())
+    out = np.full((len(bank.df), encoder.config.backbone_config().hidden_size), np.nan, np.float32)
+    if rows_out:
+        out[np.concatenate(rows_out)] = np.concatenate(states_out)
+    return out
+
+
 # -- one pass for the stacked model: fraud score and the customer embedding before each transaction --------
 def prefix_mean(states: torch.Tensor, txn_mask: torch.Tensor) -> torch.Tensor:
     """Exclusive masked prefix mean: row ``t`` of the result is the mean of ``states[:, t']`` over the real

@@ -15,8 +15,9 @@ state together with the transaction's rolling features, trained end to end).
 
 Training data (:func:`training_windows`): windows ending in train with the labels known by the end of
 train (optionally only a seeded share of the customers labelled), rebalanced by
-:func:`~slmlab.transactions.data.windows.balance_windows`; ``pos_weight`` counted over the labelled
-training rows. Validation: :func:`fraud_eval` (PR-AUC on the labels known by the start of test).
+:func:`~slmlab.transactions.data.windows.balance_windows`; one positive up-weighting
+(:func:`positive_upweighting`: fraud-window repetition, or ``pos_weight`` counted over the rows of the
+kept windows, never both). Validation: :func:`fraud_eval` (PR-AUC on the labels known by the start of test).
 """
 
 from __future__ import annotations
@@ -101,6 +102,15 @@ class TransactionFraudConfig(TxnHeadConfig):
 def pos_weight_from_counts(neg: int, pos: int, cap: float = 30.0) -> float:
     """``min(cap, sqrt(neg / pos))`` (1 when there are no positives)."""
     return 1.0 if pos <= 0 else float(min(cap, math.sqrt(max(neg, 1) / pos)))
+
+
+def positive_upweighting(fraud_share: float, neg: int, pos: int) -> dict:
+    """One positive up-weighting, never two: with ``fraud_share > 0`` the fraud windows are repeated
+    (:func:`~slmlab.transactions.data.windows.balance_windows`) and ``pos_weight`` is 1; without it,
+    ``pos_weight = min(30, sqrt(neg / pos))`` over the labels the loss sees. Returns the config values."""
+    if fraud_share > 0:
+        return {"pos_weight": 1.0}
+    return {"pos_weight": pos_weight_from_counts(neg, pos)}
 
 
 class WeightedBCE(nn.Module):
@@ -225,9 +235,10 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
     (:func:`~slmlab.transactions.data.bank.label_customers` with ``seed``) and drops the other
     customers' windows: their labels are unknown in that setting, and windows whose labels are all
     ignored would add nothing to the loss. Then ``keep_negative`` / ``fraud_share`` rebalance them.
-    ``pos_weight`` is counted over the kept customers' rows; validation keeps all of its labels (they
-    only select and report). ``config["fraud_tabular"] == "rolling"`` (joint fusion) attaches every
-    row's rolling features to both splits and fixes their names and normaliser, fitted on the kept
+    :func:`positive_upweighting` fixes ``pos_weight``; validation keeps all of its labels (they only
+    select and report); ``probe``: the training windows before any rebalancing (the train-PR-AUC probe
+    reads a sample of them, at the base rate). ``config["fraud_tabular"] == "rolling"`` (joint fusion)
+    attaches every row's rolling features to both splits and fixes their names and normaliser, fitted on the kept
     training rows."""
     y_train = bank.labels(bank.cuts["train_end"])
     y_val = bank.labels(bank.cuts["test_start"])
@@ -237,14 +248,15 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
                                options.seed)
     if options.label_fraction < 1:
         train_rows &= customers.isin(labelled).to_numpy()
-    pos = int((y_train[train_rows] == 1).sum())
-    neg = int((y_train[train_rows] == 0).sum())
     train_w = bank.windows(T, T // 2, "train", labels=y_train)
     if options.label_fraction < 1:
         train_w = windows_of_customers(train_w, bank, labelled)
-    train_w = balance_windows(train_w, options.keep_negative, options.fraud_share, options.seed)
-    windows = {"train": train_w, "validation": bank.windows(T, T // 2, "validation", labels=y_val)}
-    fixed = {"pos_weight": pos_weight_from_counts(neg, pos)}
+    kept = balance_windows(train_w, options.keep_negative, 0.0, options.seed)  # the rows the loss sees, once each
+    real = kept.txn_mask & (kept.labels >= 0)
+    fixed = positive_upweighting(options.fraud_share, int((real & (kept.labels == 0)).sum()),
+                                 int((real & (kept.labels == 1)).sum()))
+    windows = {"train": balance_windows(train_w, options.keep_negative, options.fraud_share, options.seed),
+               "validation": bank.windows(T, T // 2, "validation", labels=y_val), "probe": train_w}
     if config.get("fraud_tabular", "none") == "rolling":
         names, table = tabular_table(bank)
         center, scale = fit_normaliser(table, np.flatnonzero(train_rows))

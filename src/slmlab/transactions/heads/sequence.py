@@ -27,7 +27,7 @@ from ..data.bank import Bank
 from ..data.windows import WindowOptions, Windows, balance_windows
 from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
 from .customer import masked_mean, summary_states
-from .fraud import IGNORE, WeightedBCE, labelled_scores, pos_weight_from_counts
+from .fraud import IGNORE, WeightedBCE, labelled_scores, positive_upweighting
 
 
 def check_recent_k(recent_k: int | None) -> None:
@@ -153,16 +153,19 @@ def sequence_labels(ids: torch.Tensor, txn_mask: torch.Tensor, row_labels: torch
 
 def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -> tuple[dict[str, Windows], dict]:
     """The window head's ``train`` / ``validation`` windows (stride ``T // 2``) and the config values
-    they fix: ``pos_weight`` from the training windows' labels (``config["sequence_recent_k"]``),
-    counted before ``keep_negative`` / ``fraud_share`` rebalance them."""
+    they fix: one positive up-weighting (:func:`~.fraud.positive_upweighting`: ``pos_weight`` from the
+    labels of the windows ``keep_negative`` keeps, by ``config["sequence_recent_k"]``, or 1 when
+    ``fraud_share`` repeats the fraud windows); ``probe``: the training windows before rebalancing."""
     recent_k = config.get("sequence_recent_k")
     check_recent_k(recent_k)
     train_w = bank.windows(T, T // 2, "train", labels=bank.labels(bank.cuts["train_end"]))
-    y = window_labels(torch.from_numpy(train_w.labels.astype(np.int64)), torch.from_numpy(train_w.txn_mask), recent_k)
-    pos_weight = pos_weight_from_counts(int((y == 0).sum()), int((y == 1).sum()))
+    kept = balance_windows(train_w, options.keep_negative, 0.0, options.seed)
+    y = window_labels(torch.from_numpy(kept.labels.astype(np.int64)), torch.from_numpy(kept.txn_mask), recent_k)
+    fixed = positive_upweighting(options.fraud_share, int((y == 0).sum()), int((y == 1).sum()))
     windows = {"train": balance_windows(train_w, options.keep_negative, options.fraud_share, options.seed),
-               "validation": bank.windows(T, T // 2, "validation", labels=bank.labels(bank.cuts["test_start"]))}
-    return windows, {"pos_weight": pos_weight}
+               "validation": bank.windows(T, T // 2, "validation", labels=bank.labels(bank.cuts["test_start"])),
+               "probe": train_w}
+    return windows, fixed
 
 
 def sequence_eval(model: SequenceFraudModel, windows: Windows, batch_size: int = 64) -> dict:
