@@ -348,6 +348,7 @@ def test_the_transactions_report_says_no_detections_not_nan(tmp_path):
     assert metrics["models"]["sequence"]["pr_auc"] is None
     report = (tmp_path / "report.md").read_text()
     assert "card_testing 0/2 detected, passed n/a (no detections); all 3.00" in report and "nan / nan" not in report
+    assert "| sequence | n/a [n/a, n/a] | 0.500 |" in report and "nan" not in report.lower().replace("n/a", "")
 
 
 # -- 6. messages and flags that give the correct result --------------------------------------------------------

@@ -14,6 +14,8 @@ undecided).
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from pathlib import Path
 
@@ -430,23 +432,43 @@ def _passed(delay: dict) -> str:
     return f"{median:.1f} / {mean:.2f}"
 
 
+class _Shown(float):
+    """A number as a report shows it: formatted as usual when finite, ``n/a`` when not (a PR-AUC without
+    positives, a CI that could not be drawn): a report never prints ``nan``."""
+
+    def __format__(self, spec: str) -> str:
+        return float.__format__(self, spec) if math.isfinite(self) else "n/a"
+
+
+def _shown(value):
+    """``value`` with every non-integral number (through dicts, lists and tuples) as a :class:`_Shown`."""
+    if isinstance(value, dict):
+        return {key: _shown(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_shown(item) for item in value]
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)):
+        return _Shown(value)
+    return value
+
+
 def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out: Path) -> None:
     """``metrics.json``, ``report.md`` and ``pr_curve.png`` (matplotlib, when installed)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(dumps_finite(result, indent=1, default=str))
+    result = _shown(result)  # report.md: n/a where a number is undefined
     lines = ["# Fraud evaluation (test period)", "",
              f"Test transactions: {result['n_test']:,}, frauds: {result['n_test_fraud']:,}.", "",
              "| model | PR-AUC [95% CI] | ROC-AUC | recall@1%FPR | recall@0.1%FPR | card precision@100 |",
              "|---|---|---|---|---|---|"]
     boot = result["bootstrap"]
     for name, m in result["models"].items():
-        ci = boot.get(name, {}).get("pr_auc", [float("nan")] * 2)
+        ci = boot.get(name, {}).get("pr_auc", [_Shown("nan")] * 2)
         lines.append(f"| {name} | {m['pr_auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | {m['roc_auc']:.3f} |"
                      f" {m['recall_at_fpr_1pct']:.3f} | {m['recall_at_fpr_0.1pct']:.3f} | {m['card_precision_at_100']:.3f} |")
     lines += ["", "Paired PR-AUC differences (same customer resamples):", ""]
     for key, v in boot.items():
         if " - " in key:
-            r = v.get("recall_at_fpr_0.1pct", [float("nan")] * 2)
+            r = v.get("recall_at_fpr_0.1pct", [_Shown("nan")] * 2)
             pr = v["pr_auc"]
             lines.append(f"- {key}: mean {v['mean']:+.3f}, 95% CI [{pr[0]:+.3f}, {pr[1]:+.3f}] (+/-{_half_width(pr):.3f});"
                          f" recall@0.1%FPR mean {v.get('recall_mean', float('nan')):+.3f}, [{r[0]:+.3f}, {r[1]:+.3f}]"

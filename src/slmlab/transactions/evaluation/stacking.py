@@ -111,6 +111,10 @@ def blend(scores: dict[str, np.ndarray], y: np.ndarray, fit_rows: np.ndarray, gr
     info["blend_oof_pr_auc"] = oof_ap = _ap(yv[ok], oof[ok])
     w, b = fit_monotone_logistic(Xv, yv)
     info.update(weights=dict(zip(names, map(float, w))), intercept=b)
+    if not np.isfinite(oof_ap):  # every validation fraud in too few customers to score a held-out fold
+        return np.asarray(scores[best], float), {
+            **info, "choice": best, "reason": f"no out-of-fold check of the blend: the {int(yv.sum())}"
+            f" validation frauds fall in too few customers for {folds} customer folds"}
     if not oof_ap > single[best]:
         return np.asarray(scores[best], float), {
             **info, "choice": best,
