@@ -21,7 +21,7 @@ PACKAGE = "slmlab.transactions"
 LAYER = {"_deps": -1, "data": 0, "embedding": 1, "model": 2, "heads": 3, "generate": 3, "evaluation": 4,
          "run_folder": 4, "training": 5, "demo": 6, "pipeline": 7, "": 9}
 FORBIDDEN = ("slmlab.commands", "slmlab.bench", "slmlab.serve", "slmlab.export", "slmlab.cli")
-ALLOWED_SLMLAB = {"layers", "data", "generation", "models", "evaluate", "train", "transactions"}
+ALLOWED_SLMLAB = {"outputs", "layers", "data", "generation", "models", "evaluate", "train", "transactions"}
 
 GRAPH = {name: targets for name, targets in import_graph().items() if name.startswith(PACKAGE)}
 MODULES = {name for name in GRAPH} | {PACKAGE}
