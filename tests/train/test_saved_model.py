@@ -80,8 +80,8 @@ def test_checkpoints_without_the_record_fall_back(ckpt, damage, expected):
 # -- every consumer reads the same value -------------------------------------------------------------
 
 def _eval(ckpt, tmp_path, capsys, monkeypatch):
-    from slmlab.commands.eval import context_window
     from slmlab.train import run
+    from slmlab.train.saved import inference_context
 
     blocks, real = [], run.open_data
     def open_data(spec, tokenizer, block, *args, **kwargs):
@@ -91,8 +91,8 @@ def _eval(ckpt, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(run, "open_data", open_data)
     assert cli.main(["eval", str(ckpt), "--max-batches", "1", "--json"]) == 0
     model = load_for_inference(ckpt, "cpu").model
-    assert context_window(model, RECORDED, requested=16) == 16  # --block-size still overrides (lm-eval tasks)
-    assert context_window(model, RECORDED) == blocks[0]  # the lm-eval window is the same value
+    assert inference_context(model, RECORDED, requested=16) == 16  # --block-size still overrides (lm-eval tasks)
+    assert inference_context(model, RECORDED) == blocks[0]  # the lm-eval window is the same value
     return blocks[0]
 
 
@@ -166,3 +166,32 @@ def test_a_command_resolves_its_checkpoint_once(run_dir, tmp_path, monkeypatch, 
             pytest.importorskip("gguf", reason='the GGUF export needs the `gguf` package: pip install "slmlab[export]"')
         assert cli.main([a.format(ckpt=run_dir, tmp=tmp_path) for a in argv]) == 0
     assert [Path(c) for c in calls] == [run_dir]  # the run folder, resolved to its newest checkpoint once
+
+
+class _Positions:
+    def __init__(self, limit):
+        self.limit = limit
+
+    def max_positions(self):
+        return self.limit
+
+
+@pytest.mark.parametrize("limit, trained, requested, expected", [
+    (512, 128, None, 128),    # the trained context first
+    (512, 128, 64, 64),       # a request overrides it
+    (512, None, None, 512),   # then the position limit
+    (None, None, None, 2048),  # a model with neither: the fixed default
+    (None, None, 4096, 4096),  # an unbounded model takes any request
+    (100, 128, None, 100),    # a trained context past the limit is cut to it
+])
+def test_one_inference_context_rule(limit, trained, requested, expected):
+    from slmlab.train.saved import inference_context
+
+    assert inference_context(_Positions(limit), trained, requested) == expected
+
+
+def test_a_context_past_the_limit_is_refused_naming_the_option():
+    from slmlab.train.saved import inference_context
+
+    with pytest.raises(ValueError, match=r"block_size 600 exceeds the model's 512 positions"):
+        inference_context(_Positions(512), 128, 600, "block_size")

@@ -56,7 +56,7 @@ def chat_command(argv: list[str]) -> int:
     loaded = load_for_inference(args.run, args.device)
     if loaded.tokenizer is None:
         raise ValueError(f"{loaded.checkpoint} has no tokenizer; slmlab chat needs the tokenizer saved with the model")
-    context = loaded.trained_context or getattr(loaded.model.config, "max_position_embeddings", None) or 2048
+    context = loaded.context()
     if args.max_new_tokens >= context:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} leaves no room for the conversation in the model's context of"
                          f" {context} tokens; lower it")

@@ -70,7 +70,7 @@ def eval_command(argv: list[str]) -> int:
         raise ValueError(f"{ckpt} has no run.yaml naming its data; pass --data")
     if tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; evaluation needs the tokenizer the model was trained with")
-    block = args.block_size or loaded.trained_context or 256
+    block = loaded.context(args.block_size)
     cache = run_cfg.get("data_cache")
     source = open_data(data, tokenizer, block, Path(cache) if cache else None, run_cfg.get("data_errors", "strict"),
                        run_cfg.get("seed", 0))
@@ -110,19 +110,6 @@ def eval_progress(total: int, enabled: bool = True):
                     unit="batch", label="eval batch")
 
 
-def context_window(model, trained: int | None, requested: int | None = None) -> int:
-    """The context window to evaluate with: ``requested`` (--block-size), else ``trained`` (the
-    checkpoint's trained context, :func:`slmlab.train.saved.trained_context`), else the config's
-    ``max_position_embeddings``; never more than the model accepts."""
-    limit = getattr(model.config, "max_position_embeddings", None)
-    length = requested or trained or limit or 2048
-    if limit is not None and length > limit:
-        if requested:
-            raise ValueError(f"--block-size {requested} exceeds the model's {limit} positions (max_position_embeddings); lower it")
-        length = limit
-    return int(length)
-
-
 def _tasks_command(args) -> int:
     """``slmlab eval RUN --tasks ...``: lm-evaluation-harness tasks on the checkpoint."""
     from ..evaluate.tasks import parse_limit, require_lm_eval, resolve_tasks, run_tasks, split_task_names
@@ -140,7 +127,7 @@ def _tasks_command(args) -> int:
     apply_quantization(model, args.quantize, dev)
     if tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; lm-eval tasks need the tokenizer the model was trained with")
-    context = context_window(model, loaded.trained_context, args.block_size)
+    context = loaded.context(args.block_size)
     results = run_tasks(model, tokenizer, selection, max_length=context, limit=limit,
                         num_fewshot=args.num_fewshot, batch_size=args.batch_size, device=dev,
                         autocast=autocast_factory(dev))

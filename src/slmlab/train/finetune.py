@@ -293,7 +293,7 @@ def evaluate_chat(path: str | Path, data: str, block_size: int | None = None, de
     if loaded.tokenizer is None:
         raise ValueError(f"{loaded.checkpoint} has no tokenizer; chat data is rendered with the model's own tokenizer")
     ensure_chat_template(loaded.tokenizer)
-    source = ChatSource.from_spec(data, loaded.tokenizer, block_size or loaded.trained_context or 2048)
+    source = ChatSource.from_spec(data, loaded.tokenizer, loaded.context(block_size, "block_size"))
     result = evaluate_source(loaded.model, source, "validation", batch_size, None, family_forward_inputs(loaded.model),
                              loaded.device, None)
     return {**result, "checkpoint": str(loaded.checkpoint)}

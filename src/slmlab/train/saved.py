@@ -58,6 +58,31 @@ class LoadedModel:
     run_config: dict = field(default_factory=dict)
     trained_context: int | None = None
 
+    def context(self, requested: int | None = None, option: str = "--block-size") -> int:
+        """The context window to run this model with: the one rule that eval, chat, fine-tune
+        evaluation and the lm-eval tasks share (:func:`inference_context`)."""
+        return inference_context(self.model, self.trained_context, requested, option)
+
+
+# The context of a model that records neither a trained context nor a position limit.
+UNBOUNDED_MODEL_CONTEXT = 2048
+
+
+def inference_context(model, trained: int | None, requested: int | None = None, option: str = "--block-size") -> int:
+    """The context window to run ``model`` with: ``requested`` (the user's ``option``), else
+    ``trained`` (the sequence length it was trained on, :func:`trained_context`), else its position
+    limit (``max_positions()``), else :data:`UNBOUNDED_MODEL_CONTEXT`; never more than the model
+    accepts. A request past the limit is refused (ValueError naming ``option``); a trained context past
+    it (a config edited after training) is cut to it."""
+    limit = model.max_positions()
+    length = requested or trained or limit or UNBOUNDED_MODEL_CONTEXT
+    if limit is not None and length > limit:
+        if requested:
+            raise ValueError(f"{option} {requested} exceeds the model's {limit} positions (max_position_embeddings);"
+                             " lower it")
+        length = limit
+    return int(length)
+
 
 def saved_run_config(ckpt: Path) -> dict:
     """A checkpoint's ``run.yaml`` as a dict (empty when it has none); malformed YAML names the file."""
