@@ -270,3 +270,72 @@ def test_a_diverged_compare_run_is_recorded_with_its_step_shown_and_not_rerun(tm
     assert re.search(r"^\| pgsm \| diverged at step 3 \(lr 0.003, seed 0\)", summary, re.M), summary
     monkeypatch.setattr(Trainer, "train", lambda self: calls.append(self.cfg.model) or pytest.fail("reran"))
     assert _compare(out, steps=4, seeds="0") == 0 and calls == []  # a divergence is an outcome, not retried
+
+
+# -- the library entries the command calls -----------------------------------------------------------
+
+
+def test_parse_fixed_reads_values_as_yaml():
+    from slmlab.bench.compare import parse_fixed
+
+    assert parse_fixed(["pgsm.block_size=256", "pgsm.tied=true", "lumen.rope_theta=10000.0"]) == {
+        "pgsm": {"block_size": 256, "tied": True}, "lumen": {"rope_theta": 10000.0}}
+    with pytest.raises(ValueError, match=r"^malformed --set 'pgsm'; write FAMILY.FIELD=VALUE"):
+        parse_fixed(["pgsm"])
+
+
+def test_check_compared_refuses_only_when_every_run_failed(tmp_path):
+    from slmlab.bench.compare import check_compared
+
+    failed = {"status": "failed", "model": "pgsm", "error": "boom"}
+    check_compared([failed, {"status": "ok"}], tmp_path)
+    check_compared([], tmp_path)
+    with pytest.raises(ValueError) as err:
+        check_compared([failed, failed], tmp_path)
+    assert str(err.value) == (f"all 2 runs failed (first: pgsm: boom); each run's error is in {tmp_path}/results.jsonl:"
+                              " fix the cause and rerun (failed runs are retried)")
+
+
+def test_rebuild_report_is_what_report_only_prints(tmp_path, capsys):
+    import shutil
+    from pathlib import Path
+
+    from slmlab.bench.compare import rebuild_report
+
+    kept = Path(__file__).resolve().parents[2] / "docs" / "results" / "compare-t2-200k"
+    shutil.copytree(kept, tmp_path / "a")
+    shutil.copytree(kept, tmp_path / "b")
+    written = rebuild_report(tmp_path / "a")
+    assert main(["compare", "--report-only", str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().out == (f"slmlab compare: report rebuilt from {tmp_path / 'b' / 'results.jsonl'}:"
+                                       f" {', '.join(p.name for p in written)}\n")
+    assert (tmp_path / "a" / "summary.md").read_text() == (kept / "summary.md").read_text()
+
+
+def test_a_non_finite_value_in_a_result_line_is_written_as_the_outputs_module_writes_it(tmp_path, monkeypatch):
+    """NaN and infinities, at the top of a line or nested in it, numpy's too, are written ``null`` by
+    :func:`slmlab.outputs.dumps_finite`; numpy integers are ints; the file parses as strict JSON."""
+    import numpy as np
+
+    import slmlab.bench.compare as compare
+    import slmlab.bench.compare_report as compare_report
+    from slmlab.outputs import dumps_finite
+
+    record = {"steps": np.int64(3), "complete": True, "val_loss": float("nan"), "acc": np.float32(0.5),
+              "ci": {"acc": [0.25, float("inf")]}, "val_curve": [[1, np.float64("nan"), 0.25], [2, 1.5, 0.5]],
+              "train_tokens_per_s": 10.0, "decode_tokens_per_s": float("-inf")}
+    monkeypatch.setattr(compare, "run_one", lambda settings, plan, out: (dict(record), 0.0))
+    monkeypatch.setattr(compare_report, "write_report", lambda lines, out: [])
+    settings = compare.CompareSettings(models=("lumen",), budget=30_000, data=(TASK,), steps=3, lrs=(1e-3,),
+                                       seeds=(0,))
+    compare.run_compare(settings, tmp_path, log=lambda _: None)
+    text = (tmp_path / "results.jsonl").read_text().splitlines()[0]
+
+    def refuse(name):
+        raise AssertionError(f"{name} in a result line")
+
+    line = json.loads(text, parse_constant=refuse)
+    assert line["val_loss"] is None and line["ci"] == {"acc": [0.25, None]}
+    assert line["val_curve"] == [[1, None, 0.25], [2, 1.5, 0.5]] and line["decode_tokens_per_s"] is None
+    assert line["acc"] == 0.5 and line["steps"] == 3
+    assert text == dumps_finite(line)  # byte for byte what the outputs module writes

@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slmlab.commands import models as models_cmd
+from slmlab.bench import family_table as catalogue
 from slmlab.data.paths import CACHE_ENV, resolve_cache_dir
 
-CACHE_VARIABLES = (CACHE_ENV, models_cmd.CACHE_ENV, "XDG_CACHE_HOME")
+CACHE_VARIABLES = (CACHE_ENV, catalogue.CACHE_ENV, "XDG_CACHE_HOME")
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -29,12 +29,12 @@ def test_every_cache_variable_points_at_the_session_folder(tmp_path_factory):
     home_cache = Path.home() / ".cache"
     assert not _inside(session_cache, home_cache)
     assert _inside(resolve_cache_dir(), session_cache)  # corpora, token caches, tokenizers
-    assert _inside(models_cmd.cache_path(), session_cache)  # the `slmlab models` table
+    assert _inside(catalogue.cache_path(), session_cache)  # the `slmlab models` table
 
 
 def test_subprocesses_inherit_the_session_cache(tmp_path_factory):
     session_cache = tmp_path_factory.getbasetemp()
-    code = ("import json; from slmlab.data.paths import resolve_cache_dir; from slmlab.commands.models import cache_path;"
+    code = ("import json; from slmlab.data.paths import resolve_cache_dir; from slmlab.bench.family_table import cache_path;"
             " print(json.dumps([str(resolve_cache_dir()), str(cache_path())]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
     for path in json.loads(out.strip().splitlines()[-1]):
@@ -44,12 +44,12 @@ def test_subprocesses_inherit_the_session_cache(tmp_path_factory):
 def test_models_table_follows_the_data_cache_variable(tmp_path, monkeypatch):
     """``$SLMLAB_CACHE`` (the variable the data layer documents) also moves the ``slmlab models``
     table; ``$SLMLAB_CACHE_DIR`` still wins; then ``$XDG_CACHE_HOME/slmlab``."""
-    monkeypatch.delenv(models_cmd.CACHE_ENV, raising=False)
+    monkeypatch.delenv(catalogue.CACHE_ENV, raising=False)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "data-cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert models_cmd.cache_dir() == tmp_path / "data-cache"
-    monkeypatch.setenv(models_cmd.CACHE_ENV, str(tmp_path / "models-cache"))
-    assert models_cmd.cache_dir() == tmp_path / "models-cache"
-    monkeypatch.delenv(models_cmd.CACHE_ENV)
+    assert catalogue.cache_dir() == tmp_path / "data-cache"
+    monkeypatch.setenv(catalogue.CACHE_ENV, str(tmp_path / "models-cache"))
+    assert catalogue.cache_dir() == tmp_path / "models-cache"
+    monkeypatch.delenv(catalogue.CACHE_ENV)
     monkeypatch.delenv(CACHE_ENV)
-    assert models_cmd.cache_dir() == tmp_path / "xdg" / "slmlab"
+    assert catalogue.cache_dir() == tmp_path / "xdg" / "slmlab"

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import slmlab
+from slmlab.bench import family_table as catalogue
 from slmlab.cli import COMMANDS, main
-from slmlab.commands import models as models_cmd
 
 # What the console script does (`from slmlab.cli import main` with argv[0] = .../slmlab), then a report
 # of the heavy modules that were imported.
@@ -108,18 +108,18 @@ def test_version(capsys):
 def test_models_cache(tmp_path, monkeypatch, capsys):
     """The first call builds the table and caches it; the next answers from the cache without torch;
     a change to the model code (another fingerprint) rebuilds it."""
-    monkeypatch.setenv(models_cmd.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(catalogue.CACHE_ENV, str(tmp_path))
     assert main(["models"]) == 0
     first = capsys.readouterr().out
     assert "lumen-3m" in first and "2,754,816 parameters" in first  # the README's SAGE-Lumen budget
     cached = list(tmp_path.glob("models-*.json"))
     assert len(cached) == 1
-    assert json.loads(cached[0].read_text()) == models_cmd.family_table()
+    assert json.loads(cached[0].read_text()) == catalogue.family_table()
     assert main(["models", "--family", "sage_lumen"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("lumen ")
-    report = run_cli(["models"], env={**os.environ, models_cmd.CACHE_ENV: str(tmp_path)})
+    report = run_cli(["models"], env={**os.environ, catalogue.CACHE_ENV: str(tmp_path)})
     assert report == {"rc": 0, "heavy": []}
-    monkeypatch.setattr(models_cmd, "code_fingerprint", lambda: "other-code")
+    monkeypatch.setattr(catalogue, "code_fingerprint", lambda: "other-code")
     assert main(["models"]) == 0
     assert capsys.readouterr().out == first
     assert [p.name for p in tmp_path.glob("models-*.json")] == ["models-other-code.json"]  # the stale table is gone
@@ -128,13 +128,13 @@ def test_models_cache(tmp_path, monkeypatch, capsys):
 
 
 def test_models_cache_damaged_or_unwritable(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv(models_cmd.CACHE_ENV, str(tmp_path))
-    models_cmd.cache_path().write_text("{not json")
+    monkeypatch.setenv(catalogue.CACHE_ENV, str(tmp_path))
+    catalogue.cache_path().write_text("{not json")
     assert main(["models"]) == 0
     assert "lumen-3m" in capsys.readouterr().out
     blocked = tmp_path / "file"
     blocked.write_text("")
-    monkeypatch.setenv(models_cmd.CACHE_ENV, str(blocked / "sub"))  # a path under a file: cannot be written
+    monkeypatch.setenv(catalogue.CACHE_ENV, str(blocked / "sub"))  # a path under a file: cannot be written
     assert main(["models"]) == 0
     assert "lumen-3m" in capsys.readouterr().out
 

@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..outputs import dumps_finite
+
 SCHEMA = "slmlab-compare/1"
 BUDGET_FORMS = "a count such as 2M, 1.5M, 200k or 1500000"
 DECODE_CONTEXT = 64  # prompt tokens before decode speed is timed
@@ -79,6 +81,20 @@ def split_numbers(text: str, what: str, kind=float) -> list:
     if not values:
         raise ValueError(f"{what} is empty; give at least one value")
     return values
+
+
+def parse_fixed(items: list[str]) -> dict[str, dict]:
+    """``--set`` items: ``["pgsm.block_size=256"]`` -> ``{"pgsm": {"block_size": 256}}`` (values parsed as YAML)."""
+    import yaml
+
+    fixed: dict[str, dict] = {}
+    for item in items:
+        target, eq, value = item.partition("=")
+        family, dot, key = target.partition(".")
+        if not (eq and dot and family and key):
+            raise ValueError(f"malformed --set {item!r}; write FAMILY.FIELD=VALUE (e.g. pgsm.block_size=256)")
+        fixed.setdefault(family, {})[key] = yaml.safe_load(value)
+    return fixed
 
 
 @dataclass(frozen=True)
@@ -471,17 +487,12 @@ def read_lines(path: Path) -> list[dict]:
 
 
 def _json_default(value):
+    """numpy integers as ints (:func:`~slmlab.outputs.dumps_finite` has made every float finite or None)."""
     import numpy as np
 
     if isinstance(value, np.integer):
         return int(value)
-    if isinstance(value, np.floating):
-        return None if math.isnan(value) else float(value)
     raise TypeError(f"cannot write {type(value).__name__} to a result line")
-
-
-def _finite(value):
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
@@ -537,7 +548,7 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
         timing["runs_s"] += wall
         spent.append(wall)
         with path.open("a") as f:
-            f.write(json.dumps({k: _finite(v) for k, v in line.items()}, default=_json_default) + "\n")
+            f.write(dumps_finite(line, default=_json_default) + "\n")
         log(f"    {_outcome(line)}")
     t2 = time.perf_counter()
     lines = read_lines(path)
@@ -545,6 +556,23 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
     timing["reporting_s"] = time.perf_counter() - t2
     timing["runs_s"] -= timing["measuring_s"]  # the measures are compare's own work, not the runs'
     return {"lines": lines, "written": written, "timing": timing}
+
+
+def rebuild_report(folder: str | Path) -> list[Path]:
+    """The report of ``folder`` made again from ``folder/results.jsonl`` alone (nothing runs); the files written."""
+    from .compare_report import write_report
+
+    folder = Path(folder)
+    return write_report(read_lines(folder), folder)
+
+
+def check_compared(lines: list[dict], out: str | Path) -> None:
+    """Refuse (ValueError) a comparison in which every run failed: nothing was compared, not a success."""
+    failed = [line for line in lines if line.get("status") == "failed"]
+    if failed and len(failed) == len(lines):
+        raise ValueError(f"all {len(failed)} runs failed (first: {failed[0].get('model')}: {failed[0].get('error')});"
+                         f" each run's error is in {out}/results.jsonl: fix the cause and rerun (failed runs are"
+                         " retried)")
 
 
 def finished(line: dict) -> bool:

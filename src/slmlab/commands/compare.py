@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ._common import command_parser
 
 
@@ -49,53 +51,28 @@ def compare_command(argv: list[str]) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = p.parse_args(argv)
 
-    from slmlab.bench.compare import CompareSettings, parse_budget, split_numbers, split_specs
+    from slmlab.bench import compare
 
     if args.report_only:
-        from pathlib import Path
-
-        from slmlab.bench.compare import read_lines
-        from slmlab.bench.compare_report import write_report
-
-        folder = Path(args.report_only)
-        written = write_report(read_lines(folder), folder)
-        print(f"slmlab compare: report rebuilt from {folder / 'results.jsonl'}: {', '.join(p.name for p in written)}")
+        written = compare.rebuild_report(args.report_only)
+        print(f"slmlab compare: report rebuilt from {Path(args.report_only) / 'results.jsonl'}:"
+              f" {', '.join(p.name for p in written)}")
         return 0
-    fixed = _parse_set(args.set)
-    settings = CompareSettings(
-        models=tuple(m.strip() for m in args.models.split(",") if m.strip()), budget=parse_budget(args.budget),
-        data=tuple(split_specs(args.data) + split_specs(args.tasks)), steps=args.steps, patience=args.patience,
-        batch_size=args.batch_size,
-        lrs=tuple(split_numbers(args.lrs, "--lrs")), seeds=tuple(split_numbers(args.seeds, "--seeds", int)),
-        block_size=args.block_size, eval_every=args.eval_every, eval_batches=args.eval_batches, untied=args.untied,
+    fixed = compare.parse_fixed(args.set)  # refused before the other values, as written
+    settings = compare.CompareSettings(
+        models=tuple(m.strip() for m in args.models.split(",") if m.strip()), budget=compare.parse_budget(args.budget),
+        data=tuple(compare.split_specs(args.data) + compare.split_specs(args.tasks)), steps=args.steps,
+        patience=args.patience, batch_size=args.batch_size, lrs=tuple(compare.split_numbers(args.lrs, "--lrs")),
+        seeds=tuple(compare.split_numbers(args.seeds, "--seeds", int)), block_size=args.block_size,
+        eval_every=args.eval_every, eval_batches=args.eval_batches, untied=args.untied,
         fixed=fixed, device=args.device,
     ).check()
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    from slmlab.bench.compare import overhead_line, run_compare
-
-    result = run_compare(settings, args.out)
+    result = compare.run_compare(settings, args.out)
     print(f"slmlab compare: report in {args.out}: {', '.join(p.name for p in result['written'])}")
-    print(overhead_line(result["timing"]))
-    failed = [line for line in result["lines"] if line.get("status") == "failed"]
-    if failed and len(failed) == len(result["lines"]):  # nothing was compared: not a success
-        raise ValueError(f"all {len(failed)} runs failed (first: {failed[0].get('model')}: {failed[0].get('error')});"
-                         f" each run's error is in {args.out}/results.jsonl: fix the cause and rerun (failed runs are"
-                         " retried)")
+    print(compare.overhead_line(result["timing"]))
+    compare.check_compared(result["lines"], args.out)
     return 0
-
-
-def _parse_set(items: list[str]) -> dict[str, dict]:
-    """``["pgsm.block_size=256"]`` -> ``{"pgsm": {"block_size": 256}}`` (values parsed as YAML)."""
-    import yaml
-
-    fixed: dict[str, dict] = {}
-    for item in items:
-        target, eq, value = item.partition("=")
-        family, dot, key = target.partition(".")
-        if not (eq and dot and family and key):
-            raise ValueError(f"malformed --set {item!r}; write FAMILY.FIELD=VALUE (e.g. pgsm.block_size=256)")
-        fixed.setdefault(family, {})[key] = yaml.safe_load(value)
-    return fixed

@@ -1,10 +1,8 @@
 """``slmlab eval``: validation loss, perplexity, bits per byte and task accuracy of a checkpoint
-(the numbers come from :func:`slmlab.evaluate.evaluate_source`), or lm-evaluation-harness tasks
-with ``--tasks`` (:func:`slmlab.evaluate.tasks.run_tasks`; lm-eval is imported only then)."""
+(:func:`slmlab.bench.evaluate_run.evaluate_run`), or lm-evaluation-harness tasks with ``--tasks``
+(:func:`~slmlab.bench.evaluate_run.evaluate_tasks_run`; lm-eval is imported only then)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from ..outputs import dumps_finite
 from ._common import add_quantize_argument, command_parser
@@ -55,35 +53,10 @@ def eval_command(argv: list[str]) -> int:
         raise ValueError("--include-path, --limit and --num-fewshot apply to lm-eval tasks; add --tasks T1,T2")
     if args.tasks is not None:
         return _tasks_command(args)
-    from ..evaluate.lm import count_eval_batches, evaluate_source, family_forward_inputs
-    from ..models.quantize import apply_quantization
-    from ..train.precision import autocast_factory
-    from ..train.run import open_data
-    from ..train.saved import load_for_inference
+    from ..bench.evaluate_run import evaluate_run
 
-    loaded = load_for_inference(args.run, args.device)
-    ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
-    apply_quantization(model, args.quantize, dev)
-    run_cfg = loaded.run_config
-    data = args.data or run_cfg.get("data")
-    if not data:
-        raise ValueError(f"{ckpt} has no run.yaml naming its data; pass --data")
-    if tokenizer is None:
-        raise ValueError(f"{ckpt} has no tokenizer.json; evaluation needs the tokenizer the model was trained with")
-    block = loaded.context(args.block_size)
-    cache = run_cfg.get("data_cache")
-    source = open_data(data, tokenizer, block, Path(cache) if cache else None, run_cfg.get("data_errors", "strict"),
-                       run_cfg.get("seed", 0))
-    progress = eval_progress(count_eval_batches(source, args.split, args.batch_size, args.max_batches),
-                             not args.no_progress)
-    progress.write(f"slmlab eval: {ckpt} on {data} ({args.split}): {progress.total} batches of {args.batch_size}"
-                   f" sequences of {source.seq_len} tokens on {dev}")
-    try:
-        result = evaluate_source(model, source, args.split, args.batch_size, args.max_batches,
-                                 family_forward_inputs(model), dev, autocast_factory(dev), progress=progress.advance)
-    finally:
-        progress.close()
-    result = {"checkpoint": str(ckpt), "data": data, "split": args.split, **result}
+    result = evaluate_run(args.run, args.data, args.split, args.batch_size, args.max_batches, args.block_size,
+                          args.quantize, args.device, progress=not args.no_progress)
     if args.json:
         print(dumps_finite(result))
         return 0
@@ -98,46 +71,26 @@ def eval_command(argv: list[str]) -> int:
     return 0
 
 
-def eval_progress(total: int, enabled: bool = True):
-    """The progress display of an evaluation of ``total`` batches, on stderr (stdout holds the result):
-    the training display (:class:`slmlab.train.progress.Progress`) counting batches, a line every
-    tenth of them (or 30 s) off a terminal."""
-    import sys
-
-    from ..train.progress import Progress
-
-    return Progress(total, enabled=enabled, every_steps=max(1, total // 10), stream=sys.stderr, desc="eval",
-                    unit="batch", label="eval batch")
-
-
 def _tasks_command(args) -> int:
     """``slmlab eval RUN --tasks ...``: lm-evaluation-harness tasks on the checkpoint."""
-    from ..evaluate.tasks import parse_limit, require_lm_eval, resolve_tasks, run_tasks, split_task_names
-    from ..models.quantize import apply_quantization
-    from ..train.precision import autocast_factory
-    from ..train.saved import load_for_inference
+    from ..bench.evaluate_run import evaluate_tasks_run
+    from ..evaluate.tasks import parse_limit, require_lm_eval, resolve_tasks, split_task_names
 
     require_lm_eval()  # before loading the model: a missing extra is the first thing to say
     limit = parse_limit(args.limit)
     selection = resolve_tasks(split_task_names(args.tasks), args.include_path)  # refused before the model loads
     if args.data is not None or args.max_batches is not None or args.split != "validation":
         raise ValueError("--data, --split and --max-batches apply to the bits/byte evaluation; drop them with --tasks")
-    loaded = load_for_inference(args.run, args.device)
-    ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
-    apply_quantization(model, args.quantize, dev)
-    if tokenizer is None:
-        raise ValueError(f"{ckpt} has no tokenizer.json; lm-eval tasks need the tokenizer the model was trained with")
-    context = loaded.context(args.block_size)
-    results = run_tasks(model, tokenizer, selection, max_length=context, limit=limit,
-                        num_fewshot=args.num_fewshot, batch_size=args.batch_size, device=dev,
-                        autocast=autocast_factory(dev))
+    results = evaluate_tasks_run(args.run, selection, limit=limit, num_fewshot=args.num_fewshot,
+                                 batch_size=args.batch_size, block_size=args.block_size, quantize=args.quantize,
+                                 device=args.device)
     if args.json:
-        print(dumps_finite({"checkpoint": str(ckpt), "context": context, "results": results["results"],
-                          "n-samples": results.get("n-samples", {})}, default=str))
+        print(dumps_finite({key: results[key] for key in ("checkpoint", "context", "results")}
+                           | {"n-samples": results.get("n-samples", {})}, default=str))
         return 0
     from lm_eval.utils import make_table
 
-    print(f"checkpoint {ckpt}, context {context} tokens")
+    print(f"checkpoint {results['checkpoint']}, context {results['context']} tokens")
     print(make_table(results))
     if results.get("groups"):
         print(make_table(results, "groups"))
