@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 
 # Every cache location slmlab reads (grep CACHE in src/slmlab): data, token caches and tokenizers
 # ($SLMLAB_CACHE, slmlab.data.paths), the `slmlab models` table ($SLMLAB_CACHE_DIR, else $XDG_CACHE_HOME,
-# slmlab.commands.models). XDG_CACHE_HOME also moves other libraries' default caches off the home folder.
+# slmlab.bench.family_table). XDG_CACHE_HOME also moves other libraries' default caches off the home folder.
 
 
 @pytest.fixture(scope="session", autouse=True)
