@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,14 +100,14 @@ def start_point(run_dir: str | Path, resume: str | Path | bool | None, kind: Run
         return resolve_checkpoint(resume)
     stray = kind.fresh_needs_empty and run_dir.is_dir() and any(p.name != LOCK_NAME for p in run_dir.iterdir())
     if existing or stray:
-        held = f"checkpoints (newest: {existing[-1].name})" if existing else "files of an earlier run"
-        raise ValueError(f"{kind.folder} {run_dir} already holds {held}; pass --resume to continue that run, or"
+        what = f"checkpoints (newest: {existing[-1].name})" if existing else "files of an earlier run"
+        raise ValueError(f"{kind.folder} {run_dir} already holds {what}; pass --resume to continue that run, or"
                          f" choose another {kind.option}")
     return None
 
 
 class RunSession:
-    """One training run on ``run_dir``, from its lock to its first step (see the module docstring).
+    """One training run on ``run_dir``, from its lock to its exit status (see the module docstring).
 
     Args:
         run_dir: the run folder (created by the lock if missing; removed again if the run wrote nothing).
@@ -162,7 +162,7 @@ class RunSession:
         return ValueError(self.kind.locked.format(run_dir=self.run_dir, lock=lock, pid=pid or "unknown"))
 
     def check_resume(self, cfg, requested_data: dict | None = None, saved: dict | None = None,
-                     changes: list[str] = ()) -> None:
+                     changes: Sequence[str] = ()) -> None:
         """Refuse resuming :attr:`checkpoint` with another run than it belongs to (nothing to check when
         fresh): ``cfg`` against the checkpoint's ``run.yaml`` (or ``saved``, the caller's reading of it),
         and ``requested_data`` against the data identity it recorded
