@@ -24,6 +24,7 @@ from slmlab.train.finetune import LoraTrainer, build_finetune_trainer, write_mer
 from slmlab.train.lora import LoraSpec, add_lora, merge_adapter, parse_lora_spec, target_modules, trainable_share
 from slmlab.train.run import attach_tokenizer
 from slmlab.train.saved import load_for_inference
+from slmlab.train.session import FINETUNE, RunSession
 
 pytest.importorskip("peft")
 
@@ -190,7 +191,8 @@ def test_lora_resume_is_exact(family, lora_runs, chat_file, tmp_path):
     run = lora_runs(family)
     full = run["trainer"]
     middle = run["root"] / "lora" / "checkpoints" / "step_000002"
-    resumed = build_finetune_trainer(finetune_cfg(run["base"], chat_file, tmp_path / "again"), SPEC, resume=middle)
+    with RunSession(tmp_path / "again", FINETUNE, resume=middle) as session:
+        resumed = build_finetune_trainer(finetune_cfg(run["base"], chat_file, tmp_path / "again"), SPEC, session=session)
     assert resumed.state.step == 2
     resumed.train()
     assert resumed.losses == full.losses[2:]  # bit-identical, every step
@@ -206,8 +208,8 @@ def test_full_finetune_resume_is_exact_and_trains_every_parameter(tmp_path, chat
     full.train()
     ckpt = resolve_checkpoint(tmp_path / "full")
     assert (ckpt / "model.safetensors").is_file() and json.loads((ckpt / "finetune.json").read_text())["lora"] is None
-    resumed = build_finetune_trainer(finetune_cfg(base, chat_file, tmp_path / "again"),
-                                     resume=tmp_path / "full" / "checkpoints" / "step_000002")
+    with RunSession(tmp_path / "again", FINETUNE, resume=tmp_path / "full" / "checkpoints" / "step_000002") as session:
+        resumed = build_finetune_trainer(finetune_cfg(base, chat_file, tmp_path / "again"), session=session)
     resumed.train()
     assert resumed.losses == full.losses[2:]
     final = dict(full.model.named_parameters())
@@ -217,10 +219,10 @@ def test_full_finetune_resume_is_exact_and_trains_every_parameter(tmp_path, chat
 def test_resume_refuses_another_lora_spec_or_method(tmp_path, lora_runs, chat_file):
     run = lora_runs("lumen")
     middle = run["root"] / "lora" / "checkpoints" / "step_000002"
-    with pytest.raises(ValueError, match="change the fine-tune's lora"):
-        build_finetune_trainer(finetune_cfg(run["base"], chat_file, tmp_path / "a"), LoraSpec(r=8), resume=middle)
-    with pytest.raises(ValueError, match="change the fine-tune's lora"):
-        build_finetune_trainer(finetune_cfg(run["base"], chat_file, tmp_path / "b"), None, resume=middle)
+    with pytest.raises(ValueError, match="change the fine-tune's lora"), RunSession(tmp_path / "a", FINETUNE, middle) as session:
+        build_finetune_trainer(finetune_cfg(run["base"], chat_file, tmp_path / "a"), LoraSpec(r=8), session=session)
+    with pytest.raises(ValueError, match="change the fine-tune's lora"), RunSession(tmp_path / "b", FINETUNE, middle) as session:
+        build_finetune_trainer(finetune_cfg(run["base"], chat_file, tmp_path / "b"), None, session=session)
 
 
 def test_lora_spec_parsing():

@@ -227,6 +227,23 @@ def test_early_stop_on_accuracy(tmp_path):
     assert set(trainer.state.last_eval["acc_by_group"]) == {"0", "1"}
 
 
+def test_evaluation_hooks_see_each_periodic_result_and_may_stop_the_run(tmp_path):
+    seen, late = [], []
+
+    def stop_at_six(step, result):
+        seen.append((step, result["loss"]))
+        return "enough at step 6" if step == 6 else ""
+
+    trainer = Trainer(make_cfg(tmp_path, "max_steps=20", "eval_every=2"), tiny_model(), ToySource(), None, tmp_path,
+                      on_evaluation=[stop_at_six])
+    trainer.on_evaluation.append(lambda step, result: late.append(step) or "")
+    trainer.train()
+    evals = read_metrics(tmp_path / "metrics.jsonl", "eval")
+    assert seen == [(r["step"], r["loss"]) for r in evals] and [s for s, _ in seen] == [2, 4, 6]
+    assert trainer.state.stop_reason == "enough at step 6" and trainer.state.step == 6
+    assert late == [2, 4]  # hooks run in order, and none after one has stopped the run
+
+
 def test_bf16_autocast_and_wsd_train_on_cpu(tmp_path):
     trainer = run(make_cfg(tmp_path, "max_steps=3", "precision=bf16", "schedule.name=wsd"))
     assert trainer.autocast is not None and all(math.isfinite(x) for x in trainer.losses)

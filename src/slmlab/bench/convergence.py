@@ -116,19 +116,11 @@ class PlateauStop:
 
 
 def attach(trainer, patience: int) -> None:
-    """Make ``trainer`` stop on a validation plateau of ``patience`` steps (0: it runs to ``max_steps``).
-    The plateau check runs after the trainer's own early stop, at each of its evaluations."""
-    if patience <= 0:
-        return
-    stop = PlateauStop(patience, trainer.cfg.max_steps)
-    own = trainer._early_stop
-
-    def early_stop(result: dict) -> None:
-        own(result)
-        if not trainer.state.stop_reason:
-            trainer.state.stop_reason = stop.observe(trainer.state.step, result)
-
-    trainer._early_stop = early_stop
+    """Make ``trainer`` stop on a validation plateau of ``patience`` steps (0: it runs to ``max_steps``):
+    a :class:`PlateauStop` on its evaluation hooks (:attr:`slmlab.train.trainer.Trainer.on_evaluation`),
+    read after the trainer's own early stop, at each of its evaluations."""
+    if patience > 0:
+        trainer.on_evaluation.append(PlateauStop(patience, trainer.cfg.max_steps).observe)
 
 
 def stopped_on_plateau(stop_reason: str) -> bool:

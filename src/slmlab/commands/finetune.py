@@ -3,14 +3,7 @@ the same :class:`~slmlab.train.trainer.Trainer` as ``slmlab train``."""
 
 from __future__ import annotations
 
-import sys
-
 from ._common import command_parser, split_items
-
-# What a fine-tune changes from slmlab train's defaults (any of them can be overridden with key=value).
-FINETUNE_DEFAULTS = {"max_steps": 300, "batch_size": 16, "eval_every": 100, "eval_batches": 0, "checkpoint_every": 100,
-                     "sample_tokens": 0, "optim": {"weight_decay": 0.0}, "schedule": {"warmup": 0.1}}
-FULL_LR, LORA_LR = 3e-4, 2e-3
 
 
 def finetune_command(argv: list[str]) -> int:
@@ -82,68 +75,12 @@ def finetune_command(argv: list[str]) -> int:
         out = args.out or f"{args.run.rstrip('/')}-merged"
         print(f"slmlab finetune: wrote the merged model to {write_merged(args.run, out)}")
         return 0
-    return run_finetune(args)
+    from ..train.finetune import finetune_run
 
-
-def run_finetune(args) -> int:
-    """Build, train, report (and merge) one fine-tune from parsed arguments."""
-    import os
-    from pathlib import Path
-
-    from ..train.config import load_config
-    from ..train.distributed import shutdown
-    from ..train.finetune import add_to_report, build_finetune_trainer, finetune_summary, write_merged
-    from ..train.lock import RunLock
-    from ..train.lora import parse_lora_spec, require_peft
-    from ..train.run import format_report, write_report
-    from ..train.signals import exit_status, sigterm_as_interrupt
-    from ..train.trainer import TIME_CAP_ADVICE, TrainingDiverged, stopped_by_time_cap
-    from .train import given_keys
-
-    lora = None
-    if args.lora is not None:
-        lora = parse_lora_spec(args.lora)
-        require_peft()
     files, overrides = split_items(args.items)
     overrides = [f"model={args.run}", f"data={args.data}"] + overrides
-    if args.out is not None:
-        overrides.append(f"out_dir={args.out}")
-    if args.steps is not None:
-        overrides.append(f"max_steps={args.steps}")
-    given = given_keys(files, overrides)
-    defaults = {**FINETUNE_DEFAULTS, "optim": {**FINETUNE_DEFAULTS["optim"], "lr": LORA_LR if lora else FULL_LR},
-                "out_dir": f"{str(args.run).rstrip('/')}-{'lora' if lora else 'full'}", "tokenizer": str(Path(args.run))}
-    cfg = load_config(files, overrides, base=defaults)
-    with RunLock(cfg.out_dir, enabled=int(os.environ.get("RANK", "0")) == 0), sigterm_as_interrupt():
-        trainer = build_finetune_trainer(cfg, lora, resume=args.resume_from or args.resume,
-                                         allow_change=tuple(args.allow_change), given=given)
-        summary = finetune_summary(trainer, lora)
-        try:
-            if trainer.dist.is_main:
-                how = "full fine-tune" if lora is None else f"LoRA r={lora.r} alpha={lora.alpha:g}"
-                print(f"slmlab finetune: {cfg.model} ({how}: {summary['trainable_parameters']:,} of"
-                      f" {summary['total_parameters']:,} parameters trainable, {100 * summary['trainable_share']:.2f}%)"
-                      f" on {cfg.data} ({summary['conversations']['train']:,} conversations), {cfg.max_steps} steps x"
-                      f" {cfg.batch_size * cfg.grad_accum * trainer.dist.world_size} conversations -> {cfg.out_dir}")
-            try:
-                trainer.train()
-            except TrainingDiverged as err:
-                print(f"slmlab finetune: {err}", file=sys.stderr)
-                return 1
-            report = write_report(trainer)
-            if trainer.dist.is_main:
-                add_to_report(trainer.run_dir, summary)
-                print(format_report(report).rstrip())
-                print(f"- trainable parameters: {summary['trainable_parameters']:,} of {summary['total_parameters']:,}"
-                      f" ({100 * summary['trainable_share']:.2f}%); validation loss = held-out assistant-token loss")
-        finally:
-            shutdown(trainer.dist)
-        status = exit_status(trainer.state.stop_reason)
-        if args.merge and status == 0 and trainer.dist.is_main:
-            merged = write_merged(trainer.last_checkpoint(), Path(cfg.out_dir) / "merged", replace_own=True)
-            print(f"slmlab finetune: wrote the merged model to {merged}")
-    if status:
-        print(f"slmlab finetune: {trainer.state.stop_reason}; resume with --resume", file=sys.stderr)
-    elif stopped_by_time_cap(trainer.state.stop_reason):
-        print(f"slmlab finetune: {trainer.state.stop_reason}; {TIME_CAP_ADVICE}", file=sys.stderr)
-    return status
+    for key, value in (("out_dir", args.out), ("max_steps", args.steps)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    return finetune_run(args.run, files, overrides, args.lora, args.resume_from or args.resume, tuple(args.allow_change),
+                        args.merge)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from ._common import command_parser, split_items
 
 
@@ -39,56 +37,10 @@ def train_command(argv: list[str]) -> int:
     p.add_argument("--allow-change", metavar="FIELD", action="append", default=[],
                    help="on resume, accept a change of this protected field (data, seed, block_size, ...); repeatable")
     args = p.parse_intermixed_args(argv)  # options may sit between config files and overrides
-    import os
-
-    from ..train.config import load_config
-    from ..train.distributed import shutdown
-    from ..train.lock import RunLock
-    from ..train.run import build_trainer, format_report, write_report
-    from ..train.signals import exit_status, sigterm_as_interrupt
-    from ..train.trainer import TIME_CAP_ADVICE, TrainingDiverged, stopped_by_time_cap
+    from ..train.run import train_run
 
     files, overrides = split_items(args.items)
     for key, value in (("model", args.model), ("data", args.data), ("out_dir", args.out), ("max_steps", args.steps)):
         if value is not None:
             overrides.append(f"{key}={value}")
-    cfg = load_config(files, overrides)
-    with RunLock(cfg.out_dir, enabled=int(os.environ.get("RANK", "0")) == 0), sigterm_as_interrupt():
-        trainer = build_trainer(cfg, resume=args.resume_from or args.resume, allow_change=tuple(args.allow_change),
-                                given=given_keys(files, overrides))
-        try:
-            if trainer.dist.is_main:
-                print(f"slmlab train: {cfg.model} ({trainer.n_params:,} parameters) on {cfg.data}, "
-                      f"{cfg.max_steps} steps x {cfg.batch_size * cfg.grad_accum * trainer.dist.world_size} sequences"
-                      f" -> {cfg.out_dir}")
-            try:
-                trainer.train()
-            except TrainingDiverged as err:
-                print(f"slmlab train: {err}", file=sys.stderr)
-                return 1
-            report = write_report(trainer)
-            if trainer.dist.is_main:
-                print(format_report(report))
-        finally:
-            shutdown(trainer.dist)
-    status = exit_status(trainer.state.stop_reason)
-    if status:
-        print(f"slmlab train: {trainer.state.stop_reason}; resume with --resume", file=sys.stderr)
-    elif stopped_by_time_cap(trainer.state.stop_reason):
-        print(f"slmlab train: {trainer.state.stop_reason}; {TIME_CAP_ADVICE}", file=sys.stderr)
-    return status
-
-
-def given_keys(files: list[str], overrides: list[str]) -> frozenset[str]:
-    """The top-level config keys the user set (in a config file or an override)."""
-    from pathlib import Path
-
-    import yaml
-
-    from ..train.config import parse_overrides
-
-    keys = set(parse_overrides(list(overrides)))
-    for path in files:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        keys |= set(loaded) if isinstance(loaded, dict) else set()
-    return frozenset(keys)
+    return train_run(files, overrides, args.resume_from or args.resume, tuple(args.allow_change))

@@ -233,15 +233,10 @@ def _pretrain(args) -> int:
 
     files, overrides = split_items(args.items)
     trainer = pipeline.pretrain(args.data, args.out, args.preset, files, overrides, resume=args.resume,
-                               allow_change=tuple(args.allow_change),
-                                max_transactions=args.max_transactions, val_windows=args.val_windows,
-                                **_common(args))
-    ev = trainer.state.last_eval
-    print(f"pretrained {trainer.state.step} steps; validation CE {ev.get('loss', float('nan')):.4f} -> {args.out}")
-    for name in trainer.model.feature_names:
-        print(f"  {name:<16} CE {ev[f'ce/{name}']:.3f}  unigram {ev[f'unigram/{name}']:.3f}"
-              f"  history {ev[f'history/{name}']:.3f}")
-    return 0
+                                allow_change=tuple(args.allow_change), max_transactions=args.max_transactions,
+                                val_windows=args.val_windows, **_common(args))
+    print("\n".join(pipeline.pretrain_summary(trainer, args.out)))
+    return pipeline.exit_status(trainer)
 
 
 def _finetune(args) -> int:
@@ -254,18 +249,8 @@ def _finetune(args) -> int:
                                 linear_probe=args.linear_probe, resume=args.resume,
                                 allow_change=tuple(args.allow_change), val_windows=args.val_windows,
                                 **_common(args), **options)
-    ev = trainer.state.last_eval
-    if args.head != "transaction":
-        print(f"fine-tuned the {args.head} head {trainer.state.step} steps -> {args.out}")
-        for key in sorted(ev):
-            if isinstance(ev[key], (int, float)):
-                print(f"  {key:<34} {ev[key]:.4f}")
-        return 0
-    print(f"fine-tuned {trainer.state.step} steps; validation PR-AUC {ev.get('pr_auc', float('nan')):.4f} -> {args.out}")
-    if trainer.state.best_step >= 0:
-        print(f"best validation PR-AUC {trainer.state.best_acc:.4f} at step {trainer.state.best_step}"
-              f" -> {Path(args.out, 'checkpoints', 'best')}")
-    return 0
+    print("\n".join(pipeline.finetune_summary(trainer, args.head, args.out)))
+    return pipeline.exit_status(trainer)
 
 
 def _evaluate(args) -> int:

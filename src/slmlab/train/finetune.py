@@ -27,14 +27,19 @@ from pathlib import Path
 import torch
 
 from ..outputs import dumps_finite
-from .checkpoint import check_checkpoint, load_trainer_files, resolve_checkpoint
+from .checkpoint import check_checkpoint, load_trainer_files
 from .config import RunConfig
 from .distributed import barrier
 from .lora import LoraSpec, is_adapter_folder, load_adapter_weights, save_adapter, trainable_share
-from .saved import check_trainable, open_checkpoint, read_json_object, saved_run_config, trained_context
+from .saved import check_trainable, open_checkpoint, read_json_object, trained_context
+from .session import FINETUNE, RunSession, held
 from .trainer import Trainer
 
 FINETUNE_FILE = "finetune.json"
+# What a fine-tune changes from slmlab train's defaults (any of them can be overridden with key=value).
+FINETUNE_DEFAULTS = {"max_steps": 300, "batch_size": 16, "eval_every": 100, "eval_batches": 0, "checkpoint_every": 100,
+                     "sample_tokens": 0, "optim": {"weight_decay": 0.0}, "schedule": {"warmup": 0.1}}
+FULL_LR, LORA_LR = 3e-4, 2e-3
 
 
 class AdapterView:
@@ -114,89 +119,126 @@ def check_finetune_resume(ckpt: Path, wanted: dict) -> None:
                              " the same model and --lora, or start a new out_dir")
 
 
-def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, resume: str | Path | bool | None = None,
-                           allow_change: tuple[str, ...] = (), given: frozenset[str] = frozenset()) -> Trainer:
-    """Everything ``slmlab finetune`` builds, ready to ``train()`` (see the module docstring). Prints
-    whether the run resumes or starts fresh, and the trainable share of the parameters.
+def build_finetune_trainer(cfg: RunConfig, lora: LoraSpec | None = None, given: frozenset[str] = frozenset(),
+                           session: RunSession | None = None) -> Trainer:
+    """Everything ``slmlab finetune`` builds, ready to ``train()`` (see the module docstring), started as
+    ``session`` decided. Prints whether the run resumes or starts fresh.
 
     Args:
         cfg: the run config: ``model`` is the saved model to fine-tune, ``data`` a chat spec
             (:func:`slmlab.data.chat_data.load_chat`).
         lora: train LoRA adapters with this spec; None = full fine-tuning.
-        resume / allow_change: as :func:`slmlab.train.run.build_trainer`.
         given: the config keys the user set (``block_size`` defaults to the base's trained context).
+        session: as :func:`slmlab.train.run.build_trainer`'s.
     """
     from ..data import get_tokenizer
     from ..data.chat import ensure_chat_template
     from ..data.chat_data import chat_identity
     from ..data.chat_source import ChatSource
     from .lora import add_lora
-    from .resume_check import DATA_IDENTITY_FILE, compare_for_resume, read_data_identity
+    from .resume_check import DATA_IDENTITY_FILE
     from .run import (
-        announce_start,
         build_model,
         check_tokenizer_request,
         needed_vocab,
-        open_run_folder,
+        open_devices,
         prepare_for_training,
         record_tokenizer,
     )
 
-    base = base_checkpoint(cfg.model)
-    if "block_size" not in given:
-        cfg.block_size = trained_context(base) or cfg.block_size
-    if cfg.keep_best and lora is not None:
-        raise ValueError("keep_best: a LoRA fine-tune's checkpoints are adapters; drop keep_best (every checkpoint is kept"
-                         " by keep_checkpoints)")
-    if cfg.sample_tokens and lora is not None:
-        raise ValueError("sample_tokens: a LoRA fine-tune's report has no sample; talk to it with slmlab chat OUT_DIR")
-    device, dist_info, run_dir, existing = open_run_folder(cfg)
-    ckpt = None
-    if resume is True:
-        ckpt = existing[-1] if existing else None
-    elif resume:
-        ckpt = resolve_checkpoint(resume)
-    elif existing:
-        raise ValueError(f"out_dir {run_dir} already holds checkpoints (newest: {existing[-1].name}); pass --resume to"
-                         " continue that run, or choose another out_dir")
-    record = finetune_record(base, lora)
-    identity = chat_identity(cfg.data) if Path(cfg.data).is_file() or cfg.data.startswith("builtin:") else None
-    changes: list[str] = []
-    check_tokenizer_request(cfg, base, given)
-    if ckpt is not None:
-        check_checkpoint(ckpt)
-        check_finetune_resume(ckpt, record)
-        changes = compare_for_resume(saved_run_config(ckpt), cfg.to_dict(), tuple(allow_change), read_data_identity(ckpt),
-                                     identity)
-    origin = ckpt if ckpt is not None else base
-    if not (origin / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{origin} has no tokenizer.json; a fine-tune renders its chat data with the model's own"
-                                " tokenizer: save it beside the model")
-    tokenizer = get_tokenizer(str(origin))
-    ensure_chat_template(tokenizer)
-    source = ChatSource.from_spec(cfg.data, tokenizer, cfg.block_size)
-    model = build_model(cfg, needed_vocab(source, tokenizer), source.seq_len)
-    max_pos = getattr(model.config, "max_position_embeddings", None)
-    if max_pos is not None and max_pos < source.seq_len:
-        raise ValueError(f"block_size={source.seq_len} is longer than the model's {max_pos} positions; lower block_size")
-    record_tokenizer(model, tokenizer, source.seq_len)
-    prepare_for_training(model, source.seq_len)
-    if lora is None:
-        trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
-    else:
-        torch.manual_seed(cfg.seed)  # the adapters' initial A (and LoRA dropout after it) come from the seed
-        trainer = LoraTrainer(cfg, add_lora(model, lora, base), source, tokenizer, run_dir, dist_info, device)
-    trainer.checkpoint_json[FINETUNE_FILE] = record
-    if identity is not None:
-        trainer.checkpoint_json[DATA_IDENTITY_FILE] = identity
-    if ckpt is not None:
-        trainer.resume(ckpt)
-    barrier(dist_info)
-    if dist_info.is_main:
-        announce_start(trainer, run_dir, ckpt, changes, "finetune", f"starting fresh from {base}")
-        for note in source.notes:
-            print(f"slmlab finetune: {note}")
-    return trainer
+    with held(session, cfg.out_dir, FINETUNE) as session:
+        base = base_checkpoint(cfg.model)
+        if "block_size" not in given:
+            cfg.block_size = trained_context(base) or cfg.block_size
+        if cfg.keep_best and lora is not None:
+            raise ValueError("keep_best: a LoRA fine-tune's checkpoints are adapters; drop keep_best (every checkpoint is"
+                             " kept by keep_checkpoints)")
+        if cfg.sample_tokens and lora is not None:
+            raise ValueError("sample_tokens: a LoRA fine-tune's report has no sample; talk to it with slmlab chat OUT_DIR")
+        device, dist_info = open_devices(cfg)
+        ckpt = session.checkpoint
+        record = finetune_record(base, lora)
+        identity = chat_identity(cfg.data) if Path(cfg.data).is_file() or cfg.data.startswith("builtin:") else None
+        check_tokenizer_request(cfg, base, given)
+        if ckpt is not None:
+            check_finetune_resume(ckpt, record)
+        session.check_resume(cfg, identity)
+        origin = ckpt if ckpt is not None else base
+        if not (origin / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"{origin} has no tokenizer.json; a fine-tune renders its chat data with the model's"
+                                    " own tokenizer: save it beside the model")
+        tokenizer = get_tokenizer(str(origin))
+        ensure_chat_template(tokenizer)
+        source = ChatSource.from_spec(cfg.data, tokenizer, cfg.block_size)
+        model = build_model(cfg, needed_vocab(source, tokenizer), source.seq_len)
+        max_pos = getattr(model.config, "max_position_embeddings", None)
+        if max_pos is not None and max_pos < source.seq_len:
+            raise ValueError(f"block_size={source.seq_len} is longer than the model's {max_pos} positions; lower"
+                             " block_size")
+        record_tokenizer(model, tokenizer, source.seq_len)
+        prepare_for_training(model, source.seq_len)
+        if lora is None:
+            trainer = Trainer(cfg, model, source, tokenizer, session.run_dir, dist_info, device)
+        else:
+            torch.manual_seed(cfg.seed)  # the adapters' initial A (and LoRA dropout after it) come from the seed
+            trainer = LoraTrainer(cfg, add_lora(model, lora, base), source, tokenizer, session.run_dir, dist_info,
+                                  device)
+        trainer.checkpoint_json[FINETUNE_FILE] = record
+        if identity is not None:
+            trainer.checkpoint_json[DATA_IDENTITY_FILE] = identity
+        session.start(trainer, f"starting fresh from {base}")
+        barrier(dist_info)
+        if session.main:
+            for note in source.notes:
+                print(f"slmlab finetune: {note}")
+        return trainer
+
+
+def finetune_run(run: str, files: list[str], overrides: list[str], lora: str | None = None,
+                 resume: str | bool = False, allow_change: tuple[str, ...] = (), merge: bool = False) -> int:
+    """The whole of ``slmlab finetune RUN --data ...`` after its arguments: the config (``FINETUNE_DEFAULTS``
+    under ``files`` and ``overrides``; ``out_dir`` defaults to ``RUN-full`` / ``RUN-lora``), one
+    :class:`~slmlab.train.session.RunSession`, the trainer, the run, its report with the fine-tune's
+    section and, with ``merge``, ``OUT/merged``; returns the exit status
+    (:func:`slmlab.train.run.train_and_report`).
+
+    Args:
+        run: the run, checkpoint or saved model folder to fine-tune.
+        lora: the ``--lora`` spec text (:func:`slmlab.train.lora.parse_lora_spec`); None = full fine-tuning.
+        resume / allow_change: as :class:`~slmlab.train.session.RunSession`'s.
+    """
+    from .config import load_config
+    from .lora import parse_lora_spec, require_peft
+    from .run import format_report, given_keys, train_and_report
+
+    spec = None
+    if lora is not None:
+        spec = parse_lora_spec(lora)
+        require_peft()
+    given = given_keys(files, overrides)
+    defaults = {**FINETUNE_DEFAULTS, "optim": {**FINETUNE_DEFAULTS["optim"], "lr": LORA_LR if spec else FULL_LR},
+                "out_dir": f"{str(run).rstrip('/')}-{'lora' if spec else 'full'}", "tokenizer": str(Path(run))}
+    cfg = load_config(files, overrides, base=defaults)
+    with RunSession(cfg.out_dir, FINETUNE, resume, allow_change) as session:
+        trainer = build_finetune_trainer(cfg, spec, given, session)
+        summary = finetune_summary(trainer, spec)
+        how = "full fine-tune" if spec is None else f"LoRA r={spec.r} alpha={spec.alpha:g}"
+        header = (f"slmlab finetune: {cfg.model} ({how}: {summary['trainable_parameters']:,} of"
+                  f" {summary['total_parameters']:,} parameters trainable, {100 * summary['trainable_share']:.2f}%)"
+                  f" on {cfg.data} ({summary['conversations']['train']:,} conversations), {cfg.max_steps} steps x"
+                  f" {cfg.batch_size * cfg.grad_accum * trainer.dist.world_size} conversations -> {cfg.out_dir}")
+
+        def show(report: dict) -> None:
+            add_to_report(trainer.run_dir, summary)
+            print(format_report(report).rstrip())
+            print(f"- trainable parameters: {summary['trainable_parameters']:,} of {summary['total_parameters']:,}"
+                  f" ({100 * summary['trainable_share']:.2f}%); validation loss = held-out assistant-token loss")
+
+        status = train_and_report(session, trainer, header, show)
+        if merge and status == 0 and session.main:
+            merged = write_merged(trainer.last_checkpoint(), Path(cfg.out_dir) / "merged", replace_own=True)
+            print(f"slmlab finetune: wrote the merged model to {merged}")
+        return status
 
 
 def finetune_summary(trainer: Trainer, lora: LoraSpec | None) -> dict:

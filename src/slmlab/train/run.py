@@ -8,16 +8,19 @@ registry (``resolve_model_spec``, ``Family.make_config``) and data only through 
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..outputs import dumps_finite
-from .checkpoint import list_checkpoints, resolve_checkpoint
+from .checkpoint import resolve_checkpoint
 from .config import RunConfig
 from .distributed import DistInfo, barrier, init_distributed
 from .environment import resolve_device
 from .saved import check_trainable, load_saved_model, saved_run_config
+from .session import TRAIN, RunSession, held
 from .trainer import TIME_CAP_ADVICE, Trainer, stopped_by_time_cap
 
 
@@ -186,66 +189,47 @@ def prepare_for_training(model, seq_len: int) -> None:
         hook(seq_len)
 
 
-def build_trainer(cfg: RunConfig, resume: str | Path | bool | None = None, allow_change: tuple[str, ...] = (),
-                  given: frozenset[str] = frozenset()) -> Trainer:
-    """Everything ``slmlab train`` builds, ready to ``train()``. Prints one line saying whether the
-    run resumes (and from which checkpoint) or starts fresh.
+def build_trainer(cfg: RunConfig, given: frozenset[str] = frozenset(), session: RunSession | None = None) -> Trainer:
+    """Everything ``slmlab train`` builds, ready to ``train()``, started as ``session`` decided: fresh or
+    resumed (the resume checked against the checkpoint), with one line saying which.
 
     Args:
         cfg: the run config.
-        resume: True = the run folder's newest checkpoint (fresh if it has none); a path = that run or
-            checkpoint; None/False = a fresh run, refused if ``out_dir`` already holds checkpoints.
-        allow_change: resume-protected fields the user allows to differ from the checkpoint's
-            ``run.yaml`` (:mod:`slmlab.train.resume_check`).
         given: the config keys the user set explicitly (a fine-tune refuses a conflicting tokenizer).
+        session: the open :class:`~slmlab.train.session.RunSession` of ``cfg.out_dir`` (resume,
+            ``--allow-change``); None: a fresh run's session, held while the trainer is built.
     """
     from ..data.sources import data_identity
-    from .checkpoint import check_checkpoint
-    from .resume_check import DATA_IDENTITY_FILE, compare_for_resume, read_data_identity
+    from .resume_check import DATA_IDENTITY_FILE, read_data_identity
 
-    device, dist_info, run_dir, existing = open_run_folder(cfg)
-    ckpt = None
-    if resume is True:
-        ckpt = existing[-1] if existing else None  # nothing to resume yet: start fresh
-    elif resume:
-        ckpt = resolve_checkpoint(resume)
-    elif existing:
-        raise ValueError(
-            f"out_dir {run_dir} already holds checkpoints (newest: {existing[-1].name}); pass --resume to continue"
-            " that run, or choose another out_dir"
-        )
-    changes: list[str] = []
-    origin = ckpt
-    identity, corpus = None, None
-    if ckpt is not None:
-        check_checkpoint(ckpt)
-        saved_identity = read_data_identity(ckpt)  # None: an older checkpoint, compared by the data text
-        if saved_identity is not None:
-            identity, corpus = requested_data(cfg)
-        saved, resharded = same_global_batch(saved_run_config(ckpt), ckpt, cfg, dist_info)
-        changes = resharded + compare_for_resume(saved, cfg.to_dict(), tuple(allow_change), saved_identity, identity)
-    elif Path(cfg.model).is_dir():  # fine-tuning a saved model: its tokenizer comes with it
-        origin = resolve_checkpoint(cfg.model)
-        check_trainable(origin)  # a quantized folder: refused before any data is read
-        check_tokenizer_request(cfg, origin, given)
-    tokenizer = build_tokenizer(cfg, dist_info, origin)
-    source = open_source(cfg, tokenizer, corpus)
-    if identity is None:
-        identity = data_identity(cfg.data, getattr(source, "corpus", None), errors=cfg.data_errors)
-    first = next(iter(source.eval_batches("validation", 1, 1)))
-    seq_len = first["input_ids"].shape[1]
-    model = build_model(cfg, needed_vocab(source, tokenizer), seq_len)
-    attach_tokenizer(model, tokenizer)
-    record_tokenizer(model, tokenizer, seq_len, source.is_synthetic)
-    prepare_for_training(model, seq_len)
-    trainer = Trainer(cfg, model, source, tokenizer, run_dir, dist_info, device)
-    if identity is not None:
-        trainer.checkpoint_json[DATA_IDENTITY_FILE] = identity  # compared by the next --resume
-    if ckpt is not None:
-        trainer.resume(ckpt)
-    if dist_info.is_main:
-        announce_start(trainer, run_dir, ckpt, changes, "train", "starting fresh")
-    return trainer
+    with held(session, cfg.out_dir, TRAIN) as session:
+        device, dist_info = open_devices(cfg)
+        ckpt, origin = session.checkpoint, session.checkpoint
+        identity, corpus = None, None
+        if ckpt is not None:
+            if read_data_identity(ckpt) is not None:  # else an older checkpoint, compared by the data text
+                identity, corpus = requested_data(cfg)
+            saved, resharded = same_global_batch(saved_run_config(ckpt), ckpt, cfg, dist_info)
+            session.check_resume(cfg, identity, saved, resharded)
+        elif Path(cfg.model).is_dir():  # fine-tuning a saved model: its tokenizer comes with it
+            origin = resolve_checkpoint(cfg.model)
+            check_trainable(origin)  # a quantized folder: refused before any data is read
+            check_tokenizer_request(cfg, origin, given)
+        tokenizer = build_tokenizer(cfg, dist_info, origin)
+        source = open_source(cfg, tokenizer, corpus)
+        if identity is None:
+            identity = data_identity(cfg.data, getattr(source, "corpus", None), errors=cfg.data_errors)
+        first = next(iter(source.eval_batches("validation", 1, 1)))
+        seq_len = first["input_ids"].shape[1]
+        model = build_model(cfg, needed_vocab(source, tokenizer), seq_len)
+        attach_tokenizer(model, tokenizer)
+        record_tokenizer(model, tokenizer, seq_len, source.is_synthetic)
+        prepare_for_training(model, seq_len)
+        trainer = Trainer(cfg, model, source, tokenizer, session.run_dir, dist_info, device)
+        if identity is not None:
+            trainer.checkpoint_json[DATA_IDENTITY_FILE] = identity  # compared by the next --resume
+        session.start(trainer)
+        return trainer
 
 
 def same_global_batch(saved: dict, ckpt: Path, cfg: RunConfig, dist_info: DistInfo) -> tuple[dict, list[str]]:
@@ -265,39 +249,72 @@ def same_global_batch(saved: dict, ckpt: Path, cfg: RunConfig, dist_info: DistIn
         f" of {rows} rows)"]
 
 
-def open_run_folder(cfg: RunConfig) -> tuple[torch.device, DistInfo, Path, list[Path]]:
-    """``(device, dist_info, run_dir, checkpoints)`` of a run about to start or resume: the device (after
-    the process group, so each rank gets its own), the run folder (refused when it is a file; stale
-    temporaries of a killed save removed by the main rank) and its checkpoints, oldest first."""
-    from .checkpoint import remove_stale_temporaries
+def open_devices(cfg: RunConfig) -> tuple[torch.device, DistInfo]:
+    """``(device, dist_info)`` of a run about to start or resume: the device after the process group
+    (so each rank gets its own)."""
     from .parallel import NEEDS_GROUP
 
     device = resolve_device(cfg.device)
     dist_info = init_distributed(device, group=NEEDS_GROUP[cfg.parallel])  # FSDP2: a group even of one
-    device = resolve_device(cfg.device, dist_info)
-    run_dir = Path(cfg.out_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"out_dir {run_dir} is a file; choose a folder for the run")
-    if dist_info.is_main:
-        remove_stale_temporaries(run_dir / "checkpoints")
-    return device, dist_info, run_dir, list_checkpoints(run_dir / "checkpoints")
+    return resolve_device(cfg.device, dist_info), dist_info
 
 
-def announce_start(trainer: Trainer, run_dir: Path, ckpt, changes: list[str], command: str, fresh: str) -> None:
-    """On the main rank, once the trainer is built: drop ``metrics.jsonl`` records past the checkpoint a
-    resume starts from, and say where the run starts (``resuming from step N``, what changed) or that
-    it starts ``fresh``, as ``slmlab <command>: ...`` lines."""
-    from .metrics import trim_metrics
+def given_keys(files: list[str], overrides: list[str]) -> frozenset[str]:
+    """The top-level config keys the user set (in a config file or an override)."""
+    import yaml
 
-    dropped = trim_metrics(run_dir / "metrics.jsonl", trainer.state.step)
-    if ckpt is not None:
-        print(f"slmlab {command}: resuming from step {trainer.state.step} (checkpoint {ckpt})")
-        for line in changes:
-            print(f"slmlab {command}: changed on resume: {line}")
-    else:
-        print(f"slmlab {command}: no checkpoint in {run_dir / 'checkpoints'}; {fresh}")
-    if dropped:
-        print(f"slmlab {command}: dropped {dropped} metrics.jsonl records past step {trainer.state.step}")
+    from .config import parse_overrides
+
+    keys = set(parse_overrides(list(overrides)))
+    for path in files:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        keys |= set(loaded) if isinstance(loaded, dict) else set()
+    return frozenset(keys)
+
+
+def train_run(files: list[str], overrides: list[str], resume: str | bool = False,
+              allow_change: tuple[str, ...] = ()) -> int:
+    """The whole of ``slmlab train`` after its arguments: the config from ``files`` and ``overrides``,
+    one :class:`~slmlab.train.session.RunSession` (``resume``, ``allow_change``: as there), the trainer,
+    the run and its report; returns the exit status (:func:`train_and_report`)."""
+    from .config import load_config
+
+    cfg = load_config(files, overrides)
+    with RunSession(cfg.out_dir, TRAIN, resume, allow_change) as session:
+        trainer = build_trainer(cfg, given_keys(files, overrides), session)
+        header = (f"slmlab train: {cfg.model} ({trainer.n_params:,} parameters) on {cfg.data}, {cfg.max_steps} steps x"
+                  f" {cfg.batch_size * cfg.grad_accum * trainer.dist.world_size} sequences -> {cfg.out_dir}")
+        return train_and_report(session, trainer, header)
+
+
+def train_and_report(session: RunSession, trainer: Trainer, header: str,
+                     show: Callable[[dict], None] | None = None) -> int:
+    """Train inside ``session`` and report; returns the exit status.
+
+    The main rank prints ``header`` first and, after the run, the report (:func:`write_report`; ``show``
+    prints it instead, and may add to it). A diverged run prints its message (the step, the last good
+    checkpoint) and returns 1; otherwise the session's status: 0, or 130 / 143 after Ctrl-C / SIGTERM.
+    Every rank leaves the process group at the end.
+    """
+    from .distributed import shutdown
+    from .trainer import TrainingDiverged
+
+    try:
+        if session.main:
+            print(header)
+        try:
+            trainer.train()
+        except TrainingDiverged as err:
+            print(f"slmlab {session.kind.command}: {err}", file=sys.stderr)
+            return 1
+        report = write_report(trainer)
+        if session.main and show is not None:
+            show(report)
+        elif session.main:
+            print(format_report(report))
+    finally:
+        shutdown(trainer.dist)
+    return session.exit_status(trainer)
 
 
 def sample_text(model, tokenizer, prompt: str, max_new_tokens: int, temperature: float, top_k: int, seed: int) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,12 +110,17 @@ class Trainer:
             (``slmlab.evaluate.lm.evaluate_source``).
         parallel: a strategy of :mod:`slmlab.train.parallel` instead of the one ``cfg.parallel`` names
             (a benchmark's DDP in a group of one, say).
+        on_evaluation: callbacks ``hook(step, result) -> str`` given each periodic validation result; a
+            non-empty string stops the run with that ``stop_reason`` (e.g. a plateau rule). They run in
+            order after the ``early_stop_acc`` check, until one stops the run; more may be appended to
+            :attr:`on_evaluation` before :meth:`train`.
     """
 
     def __init__(self, cfg: RunConfig, model, source, tokenizer=None, run_dir: str | Path | None = None,
                  dist_info: DistInfo | None = None, device: torch.device | None = None, evaluator=None,
-                 parallel=None) -> None:
+                 parallel=None, on_evaluation: tuple[Callable[[int, dict], str], ...] = ()) -> None:
         self.evaluator = evaluator
+        self.on_evaluation: list[Callable[[int, dict], str]] = list(on_evaluation)
         self.cfg = cfg
         self.dist = dist_info or DistInfo()
         self.device = device or resolve_device(cfg.device, self.dist)
@@ -321,9 +326,15 @@ class Trainer:
         metrics.log("eval", self.state.step, self.state.last_eval)
         return result
 
-    def _early_stop(self, result: dict) -> None:
+    def _evaluation_stop(self, result: dict) -> str:
+        """The ``stop_reason`` a periodic validation ``result`` gives (``""``: go on): validation accuracy
+        above ``early_stop_acc``, else the first :attr:`on_evaluation` hook that says stop."""
+        reason = ""
         if self.cfg.early_stop_acc and "acc" in result and result["acc"] > self.cfg.early_stop_acc:
-            self.state.stop_reason = f"validation accuracy {result['acc']:.4f} > {self.cfg.early_stop_acc}"
+            reason = f"validation accuracy {result['acc']:.4f} > {self.cfg.early_stop_acc}"
+        for hook in self.on_evaluation:
+            reason = reason or hook(self.state.step, result)
+        return reason
 
     def _save_and_wait(self) -> Path | None:
         path = self.save()
@@ -359,7 +370,7 @@ class Trainer:
                 if self.eval_due():
                     result, evaluated_at = self._log_eval(metrics), st.step
                     progress.write(f"step {st.step}: " + _format_eval(result))
-                    self._early_stop(result)
+                    st.stop_reason = self._evaluation_stop(result)
                 if self._over_time_budget() and not st.stop_reason and st.step < cfg.max_steps:
                     st.stop_reason = time_cap_reason(st.step, cfg.max_steps)
                     progress.write(f"{st.stop_reason}: its {cfg.max_time:g} s of training time ran out;"

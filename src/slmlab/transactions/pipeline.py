@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ..train.checkpoint import resolve_checkpoint
+from ..train.session import RunSession
 from ..train.trainer import Trainer, resolve_device
 from . import training
 from .data.bank import Bank, export, label_customers, load_bank, prepare_bank
@@ -28,15 +29,7 @@ from .evaluation.evaluate import evaluate_models
 from .evaluation.score import score_transactions
 from .heads import HEADS, TransactionFraudModel, head_spec
 from .model import PRESETS, TransactionEncoder, TxnEncoderConfig, preset_schema
-from .run_folder import (
-    check_fresh_or_resume,
-    check_out_dir,
-    check_out_file,
-    is_non_empty,
-    require_encoder,
-    require_fraud_model,
-    run_lock,
-)
+from .run_folder import TRANSACTIONS, check_out_dir, check_out_file, is_non_empty, require_encoder, require_fraud_model
 
 
 def setup(threads: int = 0, device: str = "auto") -> str:
@@ -110,15 +103,15 @@ def pretrain(data: str | Path, out: str | Path, preset: str = "lfm2_tiny", files
              val_windows: int | None = None) -> Trainer:
     """Pretrain an encoder of ``preset`` on the bank ``data`` into the run folder ``out``; returns the
     harness's ``Trainer`` (``state.last_eval``: the validation report on all validation windows, or on a
-    seeded sample of ``val_windows``)."""
+    seeded sample of ``val_windows``). The run's session is opened before the bank is loaded: a held or
+    non-empty folder is refused before minutes of loading."""
     setup(threads, device)
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; use one of {sorted(PRESETS)}")
-    with run_lock(out):  # refused before minutes of loading: a held or non-empty folder
-        check_fresh_or_resume(out, resume)
-    bank = load_prepared_bank(data, preset_schema(preset), customer_disjoint)
-    return training.pretrain(bank, preset, out, [f"device={device}", *overrides], resume=resume, files=list(files),
-                             max_transactions=max_transactions, allow_change=allow_change, val_windows=val_windows)
+    with RunSession(out, TRANSACTIONS, resume, allow_change) as session:
+        bank = load_prepared_bank(data, preset_schema(preset), customer_disjoint)
+        return training.pretrain(bank, preset, out, [f"device={device}", *overrides], files=list(files),
+                                 max_transactions=max_transactions, val_windows=val_windows, session=session)
 
 
 def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = None, preset: str = "lfm2_tiny",
@@ -139,16 +132,46 @@ def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = Non
     setup(threads, device)
     if encoder:
         require_encoder(encoder)
-    with run_lock(out):
-        check_fresh_or_resume(out, resume)
-    model = load_model(encoder, TransactionEncoder) if encoder else None
-    schema = model.config.fitted_schema if model is not None else preset_schema(preset)
-    bank = load_prepared_bank(data, schema, customer_disjoint)
-    window_options = {k: v for k, v in options.items() if k in spec.data_options}
-    head_config = {field: options[opt] for opt, field in spec.cli_options.items() if opt in options}
-    return training.finetune(bank, out, model, preset, [f"device={device}", *overrides], linear_probe, files=list(files),
-                             head=head, resume=resume, allow_change=allow_change, val_windows=val_windows,
-                             **window_options, **head_config)
+    with RunSession(out, TRANSACTIONS, resume, allow_change) as session:  # as pretrain's: before the loading
+        model = load_model(encoder, TransactionEncoder) if encoder else None
+        schema = model.config.fitted_schema if model is not None else preset_schema(preset)
+        bank = load_prepared_bank(data, schema, customer_disjoint)
+        window_options = {k: v for k, v in options.items() if k in spec.data_options}
+        head_config = {field: options[opt] for opt, field in spec.cli_options.items() if opt in options}
+        return training.finetune(bank, out, model, preset, [f"device={device}", *overrides], linear_probe,
+                                 files=list(files), head=head, val_windows=val_windows, session=session,
+                                 **window_options, **head_config)
+
+
+def pretrain_summary(trainer: Trainer, out: str | Path) -> list[str]:
+    """What ``slmlab transactions pretrain`` prints of its run: the steps, the validation cross-entropy and,
+    per feature, its cross-entropy beside the training and customer-history unigrams'."""
+    ev = trainer.state.last_eval
+    lines = [f"pretrained {trainer.state.step} steps; validation CE {ev.get('loss', float('nan')):.4f} -> {out}"]
+    for name in trainer.model.feature_names:
+        lines.append(f"  {name:<16} CE {ev[f'ce/{name}']:.3f}  unigram {ev[f'unigram/{name}']:.3f}"
+                     f"  history {ev[f'history/{name}']:.3f}")
+    return lines
+
+
+def finetune_summary(trainer: Trainer, head: str, out: str | Path) -> list[str]:
+    """What ``slmlab transactions finetune`` prints of its run: the transaction head's validation PR-AUC
+    (and its best, kept in ``out/checkpoints/best``), or another head's validation figures."""
+    ev, st = trainer.state.last_eval, trainer.state
+    if head != "transaction":
+        return [f"fine-tuned the {head} head {st.step} steps -> {out}",
+                *(f"  {key:<34} {ev[key]:.4f}" for key in sorted(ev) if isinstance(ev[key], (int, float)))]
+    lines = [f"fine-tuned {st.step} steps; validation PR-AUC {ev.get('pr_auc', float('nan')):.4f} -> {out}"]
+    if st.best_step >= 0:
+        lines.append(f"best validation PR-AUC {st.best_acc:.4f} at step {st.best_step}"
+                     f" -> {Path(out, 'checkpoints', 'best')}")
+    return lines
+
+
+def exit_status(trainer: Trainer) -> int:
+    """The exit status of a ``pretrain`` or ``finetune`` run (0; 130 / 143 when Ctrl-C / SIGTERM stopped it,
+    saying on stderr how to resume): :meth:`slmlab.train.session.RunKind.exit_status`."""
+    return TRANSACTIONS.exit_status(trainer.state.stop_reason)
 
 
 # -- evaluate / score ----------------------------------------------------------------------------------------

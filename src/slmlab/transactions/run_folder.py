@@ -1,25 +1,23 @@
 """What ``slmlab train`` guarantees of its run folder, for ``slmlab transactions``; the checks of output
 paths and of the kind of checkpoint a subcommand is given, all made before any work starts.
 
-A training run (``pretrain``, ``finetune``) holds ``out/.lock`` (:class:`slmlab.train.lock.RunLock`)
-for its whole length; a fresh run refuses a non-empty folder; ``--resume`` refuses a change of what
-the run computes (:func:`slmlab.train.resume_check.compare_for_resume` against the checkpoint's
-``run.yaml``: the seed, the bank's content in ``data``, the model and head settings in
-``model_config``), says which step it resumes from and drops the ``metrics.jsonl`` records past it
-(:func:`slmlab.train.metrics.trim_metrics`).
+A training run (``pretrain``, ``finetune``) is a :class:`slmlab.train.session.RunSession` of the kind
+:data:`TRANSACTIONS`: ``--out`` checked, ``out/.lock`` held for its whole length, a fresh run refusing a
+non-empty folder, ``--resume`` refusing a change of what the run computes (the checkpoint's ``run.yaml``:
+the seed, the bank's content in ``data``, the model and head settings in ``model_config``), saying which
+step it resumes from and dropping the ``metrics.jsonl`` records past it; SIGTERM saves a checkpoint.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import struct
 from pathlib import Path
 
-from ..train.checkpoint import list_checkpoints, resolve_checkpoint
-from ..train.lock import LOCK_NAME, RunLock, RunLocked
+from ..train.checkpoint import resolve_checkpoint
+from ..train.session import RunKind
 
 # -- output paths ------------------------------------------------------------------------------------------
 
@@ -69,34 +67,11 @@ def is_non_empty(folder: str | Path, ignore: tuple[str, ...] = ()) -> bool:
 
 
 # -- the run folder of a training stage ------------------------------------------------------------------
-@contextlib.contextmanager
-def run_lock(run_dir: str | Path):
-    """Hold ``run_dir/.lock`` (created with its folder) while the block runs; a folder held by another
-    live process is refused, naming the lock and its holder."""
-    run_dir = Path(run_dir)
-    check_out_dir(run_dir)
-    try:
-        lock = RunLock(run_dir).acquire()
-    except RunLocked as err:
-        holder = str(err).split("(pid ", 1)[-1].split(")", 1)[0] if "(pid " in str(err) else "unknown"
-        raise ValueError(f"run folder {run_dir} is locked ({run_dir / LOCK_NAME}, held by pid {holder}): another run"
-                         " is writing into it; wait for it to finish, stop it, or choose another --out") from None
-    try:
-        yield lock
-    finally:
-        lock.release()
-
-
-def check_fresh_or_resume(run_dir: str | Path, resume: bool) -> None:
-    """A fresh run needs an empty (or missing) run folder: refuse one that holds anything but the lock."""
-    run_dir = Path(run_dir)
-    check_out_dir(run_dir)
-    if resume or not is_non_empty(run_dir, (LOCK_NAME,)):
-        return
-    found = list_checkpoints(run_dir / "checkpoints")
-    held = f"checkpoints (newest: {found[-1].name})" if found else "files of an earlier run"
-    raise ValueError(f"run folder {run_dir} already holds {held}; pass --resume to continue that run, or choose"
-                     " another --out")
+TRANSACTIONS = RunKind(
+    "transactions", "run folder", "--out", fresh_needs_empty=True, announce_fresh=False, torchrun=False,
+    locked="run folder {run_dir} is locked ({lock}, held by pid {pid}): another run is writing into it; wait for it to"
+           " finish, stop it, or choose another --out",
+    check=check_out_dir)
 
 
 def bank_fingerprint(bank) -> str:
@@ -110,34 +85,6 @@ def bank_fingerprint(bank) -> str:
     h.update(json.dumps({k: str(v) for k, v in sorted(bank.cuts.items())}).encode())
     h.update(json.dumps(sorted(map(str, bank.holdout))).encode())
     return f"transactions bank sha256:{h.hexdigest()[:16]} ({len(bank.df)} rows)"
-
-
-def resume_run(trainer, cfg, resume: bool, allow_change: tuple[str, ...] = (), log=print) -> None:
-    """Start the harness's ``trainer`` fresh or from its run folder's newest checkpoint (``resume``),
-    as ``slmlab train`` does: a changed seed, bank or model setting is refused with a diff, the resumed
-    step is said, and ``metrics.jsonl`` records past it are dropped. ``allow_change``: protected fields
-    the user allows to differ (``--allow-change``)."""
-    from ..train.checkpoint import check_checkpoint
-    from ..train.metrics import trim_metrics
-    from ..train.resume_check import compare_for_resume
-    from ..train.saved import saved_run_config
-
-    run_dir = Path(cfg.out_dir)
-    ckpt = trainer.last_checkpoint() if resume else None
-    changes: list[str] = []
-    if ckpt is not None:
-        check_checkpoint(ckpt)
-        changes = compare_for_resume(saved_run_config(ckpt), cfg.to_dict(), tuple(allow_change))
-        trainer.resume(ckpt)
-    dropped = trim_metrics(run_dir / "metrics.jsonl", trainer.state.step)
-    if ckpt is not None:
-        log(f"slmlab transactions: resuming from step {trainer.state.step} (checkpoint {ckpt})")
-        for line in changes:
-            log(f"slmlab transactions: changed on resume: {line}")
-    elif resume:
-        log(f"slmlab transactions: no checkpoint in {run_dir / 'checkpoints'}; starting fresh")
-    if dropped:
-        log(f"slmlab transactions: dropped {dropped} metrics.jsonl records past step {trainer.state.step}")
 
 
 # -- the kind of checkpoint ----------------------------------------------------------------------------------

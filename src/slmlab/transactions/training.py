@@ -12,13 +12,15 @@ import torch
 
 from ..train.checkpoint import list_checkpoints
 from ..train.config import load_config
+from ..train.session import RunSession, held, interruption
+from ..train.signals import exit_status
 from ..train.trainer import Trainer
 from .data.bank import Bank, label_customers
 from .data.windows import TransactionWindows, WindowOptions, fraud_positions, sample_windows
 from .evaluation.pretrain import pretrain_report, unigram_counts
 from .heads import TransactionFraudModel, head_spec
 from .model import TransactionEncoder, TxnEncoderConfig
-from .run_folder import bank_fingerprint, check_fresh_or_resume, resume_run, run_lock
+from .run_folder import TRANSACTIONS, bank_fingerprint
 
 PRETRAIN_DEFAULTS = {"batch_size": 32, "max_steps": 200, "eval_every": 0, "checkpoint_every": 0, "log_every": 10,
                      "tensorboard": False, "optim": {"lr": 1e-3, "weight_decay": 0.1}, "schedule": {"warmup": 0.1}}
@@ -31,7 +33,7 @@ FINETUNE_DEFAULTS = {"batch_size": 32, "max_steps": 200, "eval_every": 0, "check
 def _run_config(defaults: dict, out_dir: str | Path, overrides: list[str], files: list[str] = (), bank: Bank | None = None,
                 model_config: dict | None = None):
     """The harness's run config; ``data`` names the bank's content and ``model_config`` the model and head
-    settings, so that ``--resume`` refuses a change of either (:func:`.run_folder.resume_run`)."""
+    settings, so that ``--resume`` refuses a change of either (:meth:`slmlab.train.session.RunSession.check_resume`)."""
     base = {**defaults, "out_dir": str(out_dir), "model": "transactions",
             "data": bank_fingerprint(bank) if bank is not None else "transactions", "model_config": model_config or {}}
     return load_config(list(files), list(overrides), base=base)
@@ -45,7 +47,7 @@ def _sampled(val_windows: int | None) -> dict:
 def pretrain(bank: Bank, preset: str, out_dir: str | Path, overrides: list[str] = (), resume: bool = False,
              model: TransactionEncoder | None = None, files: list[str] = (),
              max_transactions: int | None = None, allow_change: tuple[str, ...] = (),
-             val_windows: int | None = None) -> Trainer:
+             val_windows: int | None = None, session: RunSession | None = None) -> Trainer:
     """Pretrain an encoder of ``preset`` on the bank's training windows (stride ``T // 2``);
     validation reports per-feature CE against the training and customer-history unigrams.
     ``max_transactions`` sets the window length ``T`` (default: the preset's); fine-tuning and
@@ -53,19 +55,20 @@ def pretrain(bank: Bank, preset: str, out_dir: str | Path, overrides: list[str] 
     of that many validation windows (default: all of them; a large bank's validation period costs
     minutes of CPU per pass).
 
-    The run folder is :mod:`.run_folder`'s: locked while the run lasts, refused when it already holds a
-    run unless ``resume`` (which refuses a changed seed, bank or model and trims ``metrics.jsonl``)."""
+    The run is a :class:`~slmlab.train.session.RunSession` of :data:`.run_folder.TRANSACTIONS`: locked
+    while it lasts, refused when the folder already holds a run unless ``resume`` (which refuses a changed
+    seed, bank or model and trims ``metrics.jsonl``). ``session``: one the caller opened on ``out_dir``
+    before loading the bank (it decided ``resume`` and ``allow_change``); None: opened here."""
     length = {} if max_transactions is None else {"max_transactions": max_transactions}
     identity = {"stage": "pretrain", "preset": preset, **length, **_sampled(val_windows)}
     cfg = _run_config(PRETRAIN_DEFAULTS, out_dir, overrides, files, bank, identity)
-    with run_lock(out_dir):
-        check_fresh_or_resume(out_dir, resume)
-        return _pretrain(bank, preset, cfg, resume, model, length, allow_change, val_windows)
+    with held(session, out_dir, TRANSACTIONS, resume, allow_change) as session:
+        return _pretrain(bank, preset, cfg, session, model, length, val_windows)
 
 
-def _pretrain(bank: Bank, preset: str, cfg, resume: bool, model: TransactionEncoder | None, length: dict,
-              allow_change: tuple[str, ...], val_windows: int | None = None) -> Trainer:
-    out_dir = cfg.out_dir
+def _pretrain(bank: Bank, preset: str, cfg, session: RunSession, model: TransactionEncoder | None, length: dict,
+              val_windows: int | None = None) -> Trainer:
+    session.check_resume(cfg)
     torch.manual_seed(cfg.seed)
     model = model or TransactionEncoder(TxnEncoderConfig.from_preset(preset, schema=bank.fitted, **length))
     T = model.config.max_transactions
@@ -79,8 +82,8 @@ def _pretrain(bank: Bank, preset: str, cfg, resume: bool, model: TransactionEnco
         return pretrain_report(m, windows[split], counts, bs, next(m.parameters()).device)
 
     trainer = Trainer(cfg, model, source, evaluator=evaluator)
-    resume_run(trainer, cfg, resume, allow_change)
-    bank.fitted.save(Path(out_dir))
+    session.start(trainer)
+    bank.fitted.save(Path(cfg.out_dir))
     trainer.train()
     return trainer
 
@@ -89,7 +92,7 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
              overrides: list[str] = (), linear_probe: bool = False, keep_negative: float = 1.0, seed: int = 0,
              files: list[str] = (), fraud_share: float = 0.0, label_fraction: float = 1.0, head: str = "transaction",
              resume: bool = False, allow_change: tuple[str, ...] = (), val_windows: int | None = None,
-             **head_config) -> Trainer:
+             session: RunSession | None = None, **head_config) -> Trainer:
     """Fine-tune the head ``head`` of :data:`~slmlab.transactions.heads.HEADS` (default the
     per-transaction fraud head) from ``encoder`` (else from scratch).
 
@@ -99,8 +102,8 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     the harness through its ``evaluator`` hook (``acc``: transaction or window PR-AUC, mean top-1 of the
     forecast, pair retrieval top-1). ``head_config``: the head's own config fields (e.g. ``fraud_loss``,
     ``focal_gamma``, ``fraud_head_inputs``, ``fraud_hidden`` for ``transaction``; ``sequence_recent_k``
-    for ``sequence``); ``linear_probe`` freezes the embedding and backbone. The run folder is guarded
-    as :func:`pretrain`'s (``resume``: continue its newest checkpoint)."""
+    for ``sequence``); ``linear_probe`` freezes the embedding and backbone. The run is a session as
+    :func:`pretrain`'s (``resume``: continue its newest checkpoint; ``session``: the caller's)."""
     spec = head_spec(head)
     unknown = set(head_config) - set(spec.config_fields)
     if unknown:
@@ -110,14 +113,14 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
                 "linear_probe": bool(linear_probe), "keep_negative": keep_negative, "window_seed": seed,
                 "fraud_share": fraud_share, "label_fraction": label_fraction, **_sampled(val_windows), **head_config}
     cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files, bank, identity)
-    with run_lock(out_dir):
-        check_fresh_or_resume(out_dir, resume)
-        return _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fraud_share, label_fraction,
-                         spec, resume, allow_change, head_config, val_windows)
+    with held(session, out_dir, TRANSACTIONS, resume, allow_change) as session:
+        return _finetune(bank, cfg, session, encoder, preset, linear_probe, keep_negative, seed, fraud_share,
+                         label_fraction, spec, head_config, val_windows)
 
 
-def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fraud_share, label_fraction, spec, resume,
-              allow_change, head_config, val_windows=None) -> Trainer:
+def _finetune(bank, cfg, session, encoder, preset, linear_probe, keep_negative, seed, fraud_share, label_fraction, spec,
+              head_config, val_windows=None) -> Trainer:
+    session.check_resume(cfg)
     torch.manual_seed(cfg.seed)
     T = encoder.config.max_transactions if encoder is not None else TxnEncoderConfig.from_preset(preset).max_transactions
     windows, fixed = spec.windows(bank, T, WindowOptions(keep_negative, fraud_share, label_fraction, seed), head_config)
@@ -144,7 +147,7 @@ def _finetune(bank, cfg, encoder, preset, linear_probe, keep_negative, seed, fra
         return out
 
     trainer = Trainer(cfg, model, source, evaluator=evaluator)
-    resume_run(trainer, cfg, resume, allow_change)
+    session.start(trainer)
     model.config.fitted_schema.save(Path(cfg.out_dir))  # as pretraining: the run folder says how to tokenise a bank
     trainer.train()
     return trainer
@@ -171,6 +174,8 @@ def finetune_label_fraction_arms(bank: Bank, out_dir: str | Path, encoder: Trans
                 shutil.rmtree(folder)
             trainer = finetune(bank, folder, enc, overrides=[*overrides, f"seed={k}"], keep_negative=keep_negative,
                                seed=k, files=files, label_fraction=label_fraction, val_windows=val_windows)
+            if exit_status(trainer.state.stop_reason):  # Ctrl-C or SIGTERM ends every arm, not only this one
+                raise interruption(trainer.state.stop_reason)
             out[f"lf_{name}_s{k}"] = trainer.model
             arms[f"lf_{name}"].append(f"lf_{name}_s{k}")
     return out, arms
