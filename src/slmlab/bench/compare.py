@@ -349,6 +349,7 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
 
     from ..train.checkpoint import quiet_hf_progress
     from ..train.run import build_trainer
+    from ..train.session import interruption
     from ..train.signals import exit_status
     from ..train.trainer import TrainingDiverged
     from .convergence import attach, read_curve
@@ -367,9 +368,7 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
             raise RunDiverged(trainer.state.step + 1, str(err)) from None
         train_wall = time.perf_counter() - t0
     if exit_status(state.stop_reason):
-        interrupt = KeyboardInterrupt(state.stop_reason)
-        interrupt.stop_reason = state.stop_reason  # the CLI's exit status: 130 (Ctrl-C) or 143 (SIGTERM)
-        raise interrupt
+        raise interruption(state.stop_reason)  # the CLI's exit status: 130 (Ctrl-C) or 143 (SIGTERM)
     model = trainer.model
     record = {"steps": state.step, "stop_reason": state.stop_reason, **ending(settings.steps, state),
               "train_wall_s": round(train_wall, 2), "tokens_seen": state.tokens_seen,

@@ -128,6 +128,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
     """
     from ..train.checkpoint import quiet_hf_progress
     from ..train.run import prepare_for_training
+    from ..train.session import interruption
     from ..train.signals import exit_status
     from ..train.trainer import Trainer, TrainingDiverged
 
@@ -153,9 +154,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
             state, diverged = trainer.state, (trainer.state.step + 1, str(err))
         wall = time.perf_counter() - t0
         if exit_status(state.stop_reason):
-            interrupt = KeyboardInterrupt(state.stop_reason)
-            interrupt.stop_reason = state.stop_reason  # the CLI's exit status: 130 (Ctrl-C) or 143 (SIGTERM)
-            raise interrupt
+            raise interruption(state.stop_reason)  # the CLI's exit status: 130 (Ctrl-C) or 143 (SIGTERM)
         best = run_dir / "checkpoints" / "best"
         if diverged is None and best.is_dir():
             model = type(model).from_pretrained(str(best)).to(trainer.device)

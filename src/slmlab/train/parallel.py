@@ -100,7 +100,7 @@ def sharded(cfg, dist_info: DistInfo, device: torch.device):
 
 # parallel -> the strategy of a run (RunConfig, DistInfo, device); the config's choices are these keys
 PARALLEL = {"ddp": replicated, "fsdp2": sharded}
-# which strategies need a process group even in one process (open_run_folder forms a group of one)
+# which strategies need a process group even in one process (open_devices forms a group of one)
 NEEDS_GROUP = {"ddp": False, "fsdp2": True}
 
 
