@@ -19,9 +19,6 @@ from slmlab.layers.quantized import Int4Linear, Int8Linear, pack_nibbles, quanti
 from slmlab.models import get_family
 from slmlab.models.neollm import PRESETS as NEOLLM_PRESETS
 from slmlab.models.quantize import (
-    METHOD,
-    METHODS,
-    SCHEMES,
     apply_quantization,
     float_linears,
     int8_targets,
@@ -33,6 +30,7 @@ from slmlab.models.quantize import (
     quantized_modules,
     save_quantized,
 )
+from slmlab.quant_schemes import INT8, SCHEMES
 
 TINY = {
     "lumen": dict(vocab_size=97, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_dim=48,
@@ -82,7 +80,7 @@ def test_every_linear_is_swapped_and_the_rest_stays_float(family):
     assert isinstance(head, Int8Linear)  # the (tied) head is int8; the embedding table stays float32
     assert model.get_input_embeddings().weight.dtype == torch.float32
     assert not any(isinstance(m, nn.Linear) for m in model.modules())
-    assert model.config.quantization_config["quant_method"] == METHOD
+    assert model.config.quantization_config["quant_method"] == INT8.method
     assert quantize_int8(model) == names  # idempotent
 
 
@@ -208,7 +206,7 @@ def test_save_then_load_in_a_fresh_process_gives_identical_logits(family, scheme
     quantize(q, scheme)
     folder = save_quantized(q, None, tmp_path / scheme)
     record = json.loads((folder / "config.json").read_text())["quantization_config"]
-    assert record["quant_method"] == METHODS[scheme] and record["modules"] == quantized_modules(q)
+    assert record["quant_method"] == SCHEMES[scheme].method and record["modules"] == quantized_modules(q)
     assert record["bits"] == {"int8": 8, "int4": 4}[scheme] and record.get("group_size") == (32 if scheme == "int4" else None)
     assert quantization_of(folder) == record
     ids = ids_for(q)
@@ -311,4 +309,79 @@ def test_the_cli_flags_offer_every_scheme():
 
     parser = argparse.ArgumentParser()
     add_quantize_argument(parser)
-    assert tuple(parser._option_string_actions["--quantize"].choices) == SCHEMES == ("int8", "int4")
+    assert tuple(parser._option_string_actions["--quantize"].choices) == tuple(SCHEMES) == ("int8", "int4")
+
+
+# -- each scheme's row against the numbers the code gave before the schemes were rows --------------------------
+
+
+def formula_model() -> nn.Sequential:
+    """Two linears with weights from a formula (no random numbers), the first with a bias, widths every kernel
+    pads (40 input columns: int8 stores 48, int4 64; 24 and 8 output rows: int4 stores 32 and 16)."""
+    first, second = nn.Linear(40, 24, bias=True), nn.Linear(24, 8, bias=False)
+    with torch.no_grad():
+        first.weight.copy_(torch.sin(torch.arange(960, dtype=torch.float32) * 0.37).view(24, 40) * 0.5)
+        first.bias.copy_(torch.cos(torch.arange(24, dtype=torch.float32)) * 0.1)
+        second.weight.copy_(torch.cos(torch.arange(192, dtype=torch.float32) * 0.91).view(8, 24) * 0.3)
+    return nn.Sequential(first, nn.ReLU(), second)
+
+
+# Computed with slmlab at 5f48a81 (before the schemes were rows of slmlab.quant_schemes) from formula_model()
+# and FORMULA_INPUT (multiples of 1/4: bfloat16-exact, so the first layer's kernel sums are exact): every third
+# output, the sum of all outputs, three dequantized weights of the first layer and each layer's weight sum.
+FORMULA_INPUT = (torch.arange(120, dtype=torch.float32).view(3, 40) % 17 - 8) / 4
+BEFORE_THE_TABLE = {
+    "int8": dict(outputs=[1.3125, -1.90625, 2.21875, -2.234375, 3.015625, -3.234375, 0.359375, -1.875],
+                 output_sum=-3.203125, weights=[0.0, -0.491943359375, 0.082672119140625],
+                 weight_sums=[2.684539794921875, -0.189208984375],
+                 record={"quant_method": "slmlab_int8", "bits": 8,
+                         "weights": "per-output-channel symmetric int8, bfloat16 scales",
+                         "activations": "bfloat16 in the int8 matmuls", "modules": ["0", "2"]}),
+    "int4": dict(outputs=[1.1171875, -1.8359375, 2.28125, -1.953125, 3.078125, -3.0625, 0.953125, -1.8359375],
+                 output_sum=-4.8828125, weights=[-0.03271484375, -0.49267578125, 0.099609375],
+                 weight_sums=[2.512451171875, -0.305419921875],
+                 record={"quant_method": "slmlab_int4", "bits": 4, "group_size": 32,
+                         "weights": "group-wise asymmetric int4 (a bfloat16 scale and zero per group of input columns)",
+                         "activations": "bfloat16 in the int4 matmuls", "modules": ["0", "2"]}),
+}
+
+
+def test_every_scheme_has_its_numbers_from_before_the_table():
+    assert sorted(BEFORE_THE_TABLE) == sorted(SCHEMES)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_each_scheme_quantizes_a_tiny_model_to_the_numbers_it_gave_before(scheme):
+    model, before = formula_model(), BEFORE_THE_TABLE[scheme]
+    assert quantize(model, scheme) == ["0", "2"]
+    with torch.no_grad():
+        y = model(FORMULA_INPUT)
+    torch.testing.assert_close(y.flatten()[::3], torch.tensor(before["outputs"]), atol=1e-6, rtol=0)
+    assert abs(float(y.sum()) - before["output_sum"]) <= 1e-6
+    w = model[0].weight
+    torch.testing.assert_close(torch.stack([w[0, 0], w[5, 17], w[23, 39]]), torch.tensor(before["weights"]),
+                               atol=1e-6, rtol=0)
+    sums = [float(model[i].weight.double().sum()) for i in (0, 2)]
+    assert sums == pytest.approx(before["weight_sums"], abs=1e-6, rel=0)
+    record = SCHEMES[scheme].record(["0", "2"], model[0].settings())
+    assert list(record.items()) == list(before["record"].items())  # the same entries in the same order
+
+
+def test_the_quantize_flags_help_is_what_it_was(capsys, monkeypatch):
+    import argparse
+
+    from slmlab import cli
+    from slmlab.commands._common import add_quantize_argument
+
+    parser = argparse.ArgumentParser()
+    add_quantize_argument(parser)
+    action = parser._option_string_actions["--quantize"]
+    assert action.choices == ["int8", "int4"] and action.default is None
+    assert action.help == ("weight-only int8 (per output channel) or int4 (groups of 32 columns) linear layers (CPU;"
+                           " docs/quantize.md); a folder written by `slmlab quantize` is quantized already")
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["quantize", "--help"])
+    words = " ".join(capsys.readouterr().out.split())
+    assert exc.value.code == 0 and ("--scheme SCHEME the weight format: int8 (per output channel) or int4 (groups of 32"
+                                    " input columns, a scale and a zero each)") in words

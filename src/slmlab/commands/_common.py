@@ -42,9 +42,12 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 def add_quantize_argument(p) -> None:
-    """``--quantize int8|int4`` (generate, eval, serve): weight-only quantized linears on the CPU."""
-    p.add_argument("--quantize", default=None, choices=["int8", "int4"],
-                   help="weight-only int8 (per output channel) or int4 (groups of 32 columns) linear layers (CPU;"
+    """``--quantize int8|int4`` (generate, eval, serve): weight-only quantized linears on the CPU, one choice
+    per row of :data:`slmlab.quant_schemes.SCHEMES`."""
+    from ..quant_schemes import SCHEMES
+
+    p.add_argument("--quantize", default=None, choices=list(SCHEMES),
+                   help=f"weight-only {' or '.join(row.flag_help for row in SCHEMES.values())} linear layers (CPU;"
                         " docs/quantize.md); a folder written by `slmlab quantize` is quantized already")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..quant_schemes import SCHEMES, scheme_named
 from ._common import command_parser
 
 
@@ -24,13 +25,10 @@ def quantize_command(argv: list[str]) -> int:
     p = command_parser(quantize_command, "quantize")
     p.add_argument("run", metavar="RUN")
     p.add_argument("out", metavar="OUT")
-    p.add_argument("--scheme", default="int8", help="the weight format: int8 (per output channel) or int4 (groups of"
-                   " 32 input columns, a scale and a zero each)")
+    p.add_argument("--scheme", default="int8", help="the weight format: "
+                   + " or ".join(row.scheme_help for row in SCHEMES.values()))
     args = p.parse_args(argv)
-    from ..models.quantize import SCHEMES
-
-    if args.scheme not in SCHEMES:
-        raise ValueError(f"unknown --scheme {args.scheme!r}; choose one of: {', '.join(SCHEMES)}")
+    scheme_named(args.scheme, "--scheme")  # refused before torch is imported
     from ..models.quantize import float_linears, quantize, quantized_modules, save_quantized
     from ..outputs import check_output_folder, snapshot
     from ..train.saved import load_for_inference, open_checkpoint

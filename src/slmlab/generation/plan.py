@@ -14,10 +14,10 @@ one-token step, built from the model's current weights for one generation:
   place (``index_copy_``, ``copy_``); attention reads the whole buffer under a position mask, so
   every step has the same shapes and ``torch.compile`` compiles it once;
 * the step is a pure function of ``(weights, states, tokens, position)``.
-* a model quantized to int8 (:func:`slmlab.models.quantize.quantize_int8`) keeps its projections
-  in int8 in the plan (:class:`Int8Columns`, rows concatenated and reordered the same way) and
-  the step multiplies through torch's int8 kernel (:func:`project`); an int4 model likewise
-  (:class:`Int4Columns`, torch's int4 kernel).
+* a quantized model (:mod:`slmlab.models.quantize`) keeps its projections quantized in the plan,
+  in the class its scheme's row names (:attr:`slmlab.quant_schemes.Scheme.columns`: int8 rows in
+  :class:`Int8Columns`, int4 in :class:`Int4Columns`, rows concatenated and reordered the same way),
+  and the step multiplies through the scheme's kernel (:func:`project`).
 
 The model's own forward runs the prefill; :meth:`DecodePlan.start` copies its
 :class:`~slmlab.layers.cache.ModelCache` into the buffers. Each family's step function and plan
@@ -35,7 +35,15 @@ import torch
 import torch.nn.functional as F
 
 from ..layers.cache import KVState, ModelCache
-from ..layers.quantized import N_MULTIPLE, Int4Linear, Int8Linear, int4_linear, int8_linear, kernel_pack
+from ..layers.quantized import (
+    N_MULTIPLE,
+    Int4Linear,
+    Int8Linear,
+    int4_linear,
+    int8_linear,
+    kernel_pack,
+    scheme_of_layer,
+)
 from ..layers.rotary import RotaryEmbedding
 
 
@@ -51,6 +59,17 @@ class Int8Columns:
 
     qweight: torch.Tensor
     scale: torch.Tensor
+
+    @classmethod
+    def stack(cls, linears: tuple[Int8Linear, ...], rows: tuple[torch.Tensor | None, ...]) -> Int8Columns:
+        """The layers' rows (each in ``rows`` order) concatenated."""
+        q = torch.cat([layer.qweight if r is None else layer.qweight[r] for layer, r in zip(linears, rows)])
+        s = torch.cat([layer.scale if r is None else layer.scale[r] for layer, r in zip(linears, rows)])
+        return cls(q.contiguous(), s.contiguous())
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """``x Ŵ^T`` through torch's int8 kernel."""
+        return int8_linear(x, self.qweight, self.scale)
 
 
 @dataclass(frozen=True)
@@ -70,47 +89,51 @@ class Int4Columns:
     group: int
     out: int
 
+    @classmethod
+    def stack(cls, linears: tuple[Int4Linear, ...], rows: tuple[torch.Tensor | None, ...]) -> Int4Columns | None:
+        """The layers' real rows (each in ``rows`` order) stacked and padded again to the kernel's 16; None
+        for layers of different group sizes (no one kernel call takes them)."""
+        if len({layer.group for layer in linears}) != 1:
+            return None
+        codes, pairs = [], []
+        for layer, r in zip(linears, rows):
+            keep = torch.arange(layer.out_features, device=layer.qweight.device) if r is None else r
+            codes.append(layer.codes()[keep])
+            pairs.append(layer.scales_zeros[:, keep])
+        code, pair = torch.cat(codes), torch.cat(pairs, dim=1)
+        out = code.shape[0]
+        pad = -out % N_MULTIPLE
+        code, pair = F.pad(code, (0, 0, 0, pad)), F.pad(pair, (0, 0, 0, pad))
+        return cls(kernel_pack(code), pair.contiguous(), linears[0].group, out)
+
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """``x Ŵ^T`` through torch's int4 kernel."""
+        return int4_linear(x, self.packed, self.scales_zeros, self.group, self.out)
+
 
 Projection = torch.Tensor | Int8Columns | Int4Columns  # a float ``[in, out]`` matrix (``x @ it``) or int8 / int4 rows
 
 
 def project(x: torch.Tensor, weight: Projection) -> torch.Tensor:
-    """``x @ weight`` for a float ``[in, out]`` matrix; the int8 kernel for :class:`Int8Columns`, the int4 one
-    for :class:`Int4Columns`."""
-    if isinstance(weight, Int8Columns):  # fixed per plan: the branch is resolved once under torch.compile
-        return int8_linear(x, weight.qweight, weight.scale)
-    if isinstance(weight, Int4Columns):
-        return int4_linear(x, weight.packed, weight.scales_zeros, weight.group, weight.out)
-    return x @ weight
-
-
-def _int4_columns(linears: tuple[Int4Linear, ...], rows: tuple[torch.Tensor | None, ...]) -> Int4Columns:
-    """The layers' real rows (each in ``rows`` order) stacked and padded again to the kernel's 16."""
-    codes, pairs = [], []
-    for layer, r in zip(linears, rows):
-        keep = torch.arange(layer.out_features, device=layer.qweight.device) if r is None else r
-        codes.append(layer.codes()[keep])
-        pairs.append(layer.scales_zeros[:, keep])
-    code, pair = torch.cat(codes), torch.cat(pairs, dim=1)
-    out = code.shape[0]
-    pad = -out % N_MULTIPLE
-    code, pair = F.pad(code, (0, 0, 0, pad)), F.pad(pair, (0, 0, 0, pad))
-    return Int4Columns(kernel_pack(code), pair.contiguous(), linears[0].group, out)
+    """``x @ weight`` for a float ``[in, out]`` matrix; quantized rows multiply through their scheme's kernel."""
+    if isinstance(weight, torch.Tensor):  # fixed per plan: the branch is resolved once under torch.compile
+        return x @ weight
+    return weight.project(x)
 
 
 def columns(*linears: torch.nn.Module, rows: tuple[torch.Tensor | None, ...] | None = None) -> Projection:
     """``[in, out]`` columns of bias-free linears, their outputs concatenated (``project(x, it)`` is
     ``[l_1(x) | l_2(x) | ...]``), each one's output rows reordered by ``rows`` (None: as they are).
-    All :class:`~slmlab.layers.quantized.Int8Linear`: int8 rows (:class:`Int8Columns`); all
-    :class:`~slmlab.layers.quantized.Int4Linear` of one group size: int4 rows (:class:`Int4Columns`); otherwise
-    float (a quantized layer mixed with float ones contributes its dequantized weight)."""
+    Layers all of one quantization scheme keep its rows, in the class its row names
+    (:attr:`~slmlab.quant_schemes.Scheme.columns`, e.g. :class:`Int8Columns`), when that class can stack
+    them (int4: one group size); otherwise float (a quantized layer mixed with float ones contributes its
+    dequantized weight)."""
     rows = rows or (None,) * len(linears)
-    if all(isinstance(layer, Int4Linear) for layer in linears) and len({layer.group for layer in linears}) == 1:
-        return _int4_columns(linears, rows)
-    if all(isinstance(layer, Int8Linear) for layer in linears):
-        q = torch.cat([layer.qweight if r is None else layer.qweight[r] for layer, r in zip(linears, rows)])
-        s = torch.cat([layer.scale if r is None else layer.scale[r] for layer, r in zip(linears, rows)])
-        return Int8Columns(q.contiguous(), s.contiguous())
+    scheme = scheme_of_layer(linears[0])
+    if scheme is not None and all(scheme_of_layer(layer) is scheme for layer in linears):
+        stacked = globals()[scheme.columns].stack(linears, rows)
+        if stacked is not None:
+            return stacked
     weights = [layer.weight.detach() for layer in linears]
     return torch.cat([w if r is None else w[r] for w, r in zip(weights, rows)]).t().contiguous()
 
@@ -285,7 +308,7 @@ def qkv_columns(q_proj: torch.nn.Module, k_proj: torch.nn.Module, v_proj: torch.
                 head_dim: int) -> Projection:
     """``[d, (H + 2 H_kv) D]`` (or int8 rows) from the q, k, v linears: ``project(x, it)`` gives
     ``q | k | v`` with q and k in adjacent-pair order."""
-    device = q_proj.qweight.device if isinstance(q_proj, (Int8Linear, Int4Linear)) else q_proj.weight.device
+    device = (q_proj.weight if scheme_of_layer(q_proj) is None else q_proj.qweight).device
     rows = (pair_row_index(heads, head_dim, device), pair_row_index(kv_heads, head_dim, device), None)
     return columns(q_proj, k_proj, v_proj, rows=rows)
 

@@ -15,6 +15,10 @@ for any number of rows or threads), so a one-token decode step equals the same r
 The kernel reads the input dimension in blocks of 16 (it crashes on any other width), so a weight
 whose ``in_features`` is not a multiple of 16 is stored with zero columns up to the next multiple
 (:func:`padded_width`) and the input is zero-padded to match (one small extra op per call).
+
+Each class here is the layer of one row of :data:`slmlab.quant_schemes.SCHEMES` (:func:`layer_class`,
+:func:`scheme_of_layer`): ``from_linear`` quantizes an ``nn.Linear``, ``settings()`` names what a saved
+record holds besides the row's own entries, ``for_record`` builds an empty layer a saved folder loads into.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..quant_schemes import SCHEMES, Scheme
 
 KERNEL_DTYPE = torch.bfloat16  # the activation dtype of the kernel's vectorised path
 K_MULTIPLE = 16  # the kernel reads the input dimension in blocks of 16
@@ -108,6 +114,16 @@ class Int8Linear(nn.Module):
         if linear.bias is not None:
             layer.bias.data.copy_(linear.bias.detach())
         return layer
+
+    @classmethod
+    def for_record(cls, in_features: int, out_features: int, bias: bool, record: dict) -> Int8Linear:
+        """An empty layer of these shapes, to load a saved folder's buffers into (``record``: its
+        ``quantization_config``)."""
+        return cls(in_features, out_features, bias)
+
+    def settings(self) -> dict:
+        """What a saved record holds for this layer besides its scheme's entries: nothing."""
+        return {}
 
     @property
     def weight(self) -> torch.Tensor:
@@ -243,6 +259,15 @@ class Int4Linear(nn.Module):
             layer.bias.data.copy_(linear.bias.detach())
         return layer
 
+    @classmethod
+    def for_record(cls, in_features: int, out_features: int, bias: bool, record: dict) -> Int4Linear:
+        """An empty layer of these shapes and the record's ``group_size``, to load a saved folder's buffers into."""
+        return cls(in_features, out_features, bias, int(record["group_size"]))
+
+    def settings(self) -> dict:
+        """What a saved record holds for this layer besides its scheme's entries: its group size."""
+        return {"group_size": self.group}
+
     def codes(self) -> torch.Tensor:
         """The ``[out', in']`` codes in ``[0, 15]``."""
         return unpack_nibbles(self.qweight)
@@ -274,3 +299,13 @@ class Int4Linear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None},"
                 f" int4 group {self.group}")
+
+
+def layer_class(scheme: Scheme) -> type[Int8Linear | Int4Linear]:
+    """The class of this module that a scheme's row names (:attr:`~slmlab.quant_schemes.Scheme.layer`)."""
+    return globals()[scheme.layer]
+
+
+def scheme_of_layer(module: nn.Module) -> Scheme | None:
+    """The row whose layer ``module`` is (None: not a quantized linear)."""
+    return next((row for row in SCHEMES.values() if isinstance(module, layer_class(row))), None)

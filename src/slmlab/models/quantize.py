@@ -18,6 +18,9 @@ holding 4-bit codes with a (scale, zero) pair per group of 32 input columns (the
 * modules a family names in a class attribute ``keep_float_linears`` (children read as float32
   weights by design, e.g. NeoLLM's JTok-M router).
 
+What differs between int8 and int4 (the layer class, the record, the flag's help, the refusals) is a row
+of :data:`slmlab.quant_schemes.SCHEMES`; this module swaps, records and loads through the rows.
+
 A saved int8 folder (:func:`save_quantized`) holds ``model.safetensors`` with the int8 buffers
 (``<name>.qweight``, ``<name>.scale``) and a ``config.json`` whose ``quantization_config`` records
 the method and the swapped modules; :func:`load_quantized` rebuilds the family's model from that
@@ -36,12 +39,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..layers.quantized import INT4_GROUP, Int4Linear, Int8Linear
+from ..layers.quantized import INT4_GROUP, layer_class, scheme_of_layer
+from ..quant_schemes import INT4, INT8, Scheme, scheme_named, scheme_with_method
 
-METHOD = "slmlab_int8"  # the quant_method of int8 folders
-METHODS = {"int8": METHOD, "int4": "slmlab_int4"}
-SCHEMES = tuple(METHODS)
-QUANTIZED = (Int8Linear, Int4Linear)
 WEIGHTS = "model.safetensors"
 # files of a saved model that travel with its int8 copy (the tokenizer, generation settings, the run's
 # record of its data and context)
@@ -79,7 +79,6 @@ def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, child, module)
 
 
-@torch.no_grad()
 def quantize_int8(model: nn.Module) -> list[str]:
     """Swap ``model``'s eligible linears for :class:`Int8Linear` in place (inference only).
 
@@ -89,83 +88,64 @@ def quantize_int8(model: nn.Module) -> list[str]:
     Returns:
         the names of the swapped modules.
     """
-    return _swap(model, "int8", Int8Linear.from_linear)
+    return _swap(model, INT8)
 
 
-@torch.no_grad()
 def quantize_int4(model: nn.Module, group: int = INT4_GROUP) -> list[str]:
     """Swap ``model``'s eligible linears for :class:`Int4Linear` (``group`` input columns per scale and
     zero) in place, as :func:`quantize_int8` does for int8."""
-    return _swap(model, "int4", lambda linear: Int4Linear.from_linear(linear, group), group)
+    return _swap(model, INT4, group=group)
 
 
 def quantize(model: nn.Module, scheme: str) -> list[str]:
-    """:func:`quantize_int8` or :func:`quantize_int4` by name (``"int8"``, ``"int4"``)."""
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown quantization scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}")
-    return quantize_int8(model) if scheme == "int8" else quantize_int4(model)
+    """Swap ``model``'s eligible linears for the layers of the scheme called ``scheme`` (a name of
+    :data:`slmlab.quant_schemes.SCHEMES`: ``"int8"`` as :func:`quantize_int8`, ``"int4"`` as :func:`quantize_int4`)."""
+    return _swap(model, scheme_named(scheme, "quantization scheme"))
 
 
-def _swap(model: nn.Module, scheme: str, make, group: int | None = None) -> list[str]:
+@torch.no_grad()
+def _swap(model: nn.Module, scheme: Scheme, **options) -> list[str]:
     if quantized_modules(model):
         return quantized_modules(model)
     names = int8_targets(model)
+    layers = []
     for name in names:
         linear = model.get_submodule(name)
         if type(linear) is not nn.Linear:
             linear.fold_multipliers()  # diag(r) W diag(c) into W: the layer is now x W^T + b
-        _set_module(model, name, make(linear))
+        layers.append(layer_class(scheme).from_linear(linear, **options))
+        _set_module(model, name, layers[-1])
     model.eval()
     if getattr(model, "config", None) is not None:
-        model.config.quantization_config = quantization_record(names, scheme, group)
+        model.config.quantization_config = scheme.record(names, layers[0].settings() if layers else {})
     return names
 
 
 def quantized_modules(model: nn.Module) -> list[str]:
-    """Names of ``model``'s int8 or int4 linear modules (empty for a float model)."""
-    return [name for name, module in model.named_modules() if isinstance(module, QUANTIZED)]
-
-
-def quantization_record(names: list[str], scheme: str = "int8", group: int | None = None) -> dict:
-    """The ``quantization_config`` entry of a quantized model's ``config.json``."""
-    if scheme == "int4":
-        return {"quant_method": METHODS["int4"], "bits": 4, "group_size": group or INT4_GROUP,
-                "weights": "group-wise asymmetric int4 (a bfloat16 scale and zero per group of input columns)",
-                "activations": "bfloat16 in the int4 matmuls", "modules": list(names)}
-    return {"quant_method": METHOD, "bits": 8, "weights": "per-output-channel symmetric int8, bfloat16 scales",
-            "activations": "bfloat16 in the int8 matmuls", "modules": list(names)}
+    """Names of ``model``'s quantized linear modules, of any scheme (empty for a float model)."""
+    return [name for name, module in model.named_modules() if scheme_of_layer(module) is not None]
 
 
 def apply_quantization(model: nn.Module, scheme: str | None, device) -> list[str]:
-    """What the ``--quantize`` flag of ``generate`` / ``serve`` / ``eval`` does: nothing for None,
-    :func:`quantize_int8` for ``"int8"``, :func:`quantize_int4` for ``"int4"`` (a no-op on a model loaded
-    from a folder quantized with the same scheme).
+    """What the ``--quantize`` flag of ``generate`` / ``serve`` / ``eval`` does: nothing for None, else
+    :func:`quantize` (a no-op on a model loaded from a folder quantized with the same scheme).
 
     Raises:
-        ValueError: an unknown scheme, a device other than the CPU (the kernel is torch's CPU one), or a
-            model already quantized with the other scheme (it would silently stay in that one).
+        ValueError: an unknown scheme, a device its kernel does not run on (torch's CPU kernels), or a
+            model already quantized with another scheme (it would silently stay in that one).
     """
     if scheme is None:
         return []
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown --quantize scheme {scheme!r}; choose one of: {', '.join(SCHEMES)}")
-    if torch.device(device).type != "cpu":
-        raise ValueError(f"--quantize {scheme} runs on the CPU (torch's {scheme} weight kernel), not on {device};"
-                         " pass --device cpu")
-    held = scheme_of(model)
-    if held is not None and held != scheme:
-        raise ValueError(f"--quantize {scheme}: the model is already {held} (a folder written by slmlab quantize) and"
-                         f" cannot be requantized; drop --quantize, or pass the float run it came from with --quantize"
-                         f" {scheme}")
-    return quantize(model, scheme)
+    row = scheme_named(scheme, "--quantize scheme")
+    refusal = row.refusal(torch.device(device), scheme_of(model))
+    if refusal is not None:
+        raise ValueError(refusal)
+    return _swap(model, row)
 
 
-def scheme_of(model: nn.Module) -> str | None:
-    """``"int8"`` or ``"int4"`` for a quantized model (by its modules), None for a float one."""
-    kinds = {type(module) for module in model.modules() if isinstance(module, QUANTIZED)}
-    if not kinds:
-        return None
-    return "int4" if Int4Linear in kinds else "int8"
+def scheme_of(model: nn.Module) -> Scheme | None:
+    """The scheme of a quantized model (its first quantized module's row), None for a float one."""
+    return next((row for row in map(scheme_of_layer, model.modules()) if row is not None), None)
 
 
 def quantization_of(folder: str | Path) -> dict | None:
@@ -181,7 +161,7 @@ def quantization_of(folder: str | Path) -> dict | None:
     record = config.get("quantization_config") if isinstance(config, dict) else None
     if record is None:
         return None
-    if (not isinstance(record, dict) or record.get("quant_method") not in METHODS.values()
+    if (not isinstance(record, dict) or scheme_with_method(record.get("quant_method")) is None
             or not isinstance(record.get("modules"), list)):
         raise ValueError(f"{folder}/config.json has a quantization_config slmlab cannot load ({record!r}); load the"
                          " float model and pass --quantize int8, or write the folder with `slmlab quantize`")
@@ -214,8 +194,8 @@ def save_quantized(model: nn.Module, source: str | Path | None, out: str | Path,
         source_files = snapshot(source)
     record = getattr(model.config, "quantization_config", None)
     if not isinstance(record, dict) or record.get("modules") != names:
-        int4 = [m for m in model.modules() if isinstance(m, Int4Linear)]
-        record = quantization_record(names, "int4" if int4 else "int8", int4[0].group if int4 else None)
+        first = model.get_submodule(names[0])
+        record = scheme_of_layer(first).record(names, first.settings())
     model.config.quantization_config = record
     with staged_folder(out) as tmp:
         model.config.to_json_file(str(tmp / "config.json"))
@@ -240,8 +220,8 @@ def load_quantized(folder: str | Path) -> nn.Module:
     """The quantized model saved in ``folder`` by :func:`save_quantized`, in eval mode on the CPU.
 
     ``config.json`` must name an slmlab family (checked by the caller, :func:`slmlab.train.saved.open_checkpoint`);
-    the model is built from that config, the recorded modules swapped for :class:`Int8Linear` (or
-    :class:`Int4Linear` with the recorded group size), and
+    the model is built from that config, the recorded modules swapped for empty layers of the recorded
+    scheme (``for_record``: :class:`Int8Linear`, or :class:`Int4Linear` with the recorded group size), and
     every tensor of ``model.safetensors`` loaded strictly (a missing or unexpected name raises).
     """
     from safetensors.torch import load_file
@@ -252,6 +232,7 @@ def load_quantized(folder: str | Path) -> nn.Module:
     record = quantization_of(folder)
     if record is None:
         raise ValueError(f"{folder} holds a float model; load it with load_for_inference, or quantize it first")
+    layer = layer_class(scheme_with_method(record["quant_method"]))
     config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
@@ -261,9 +242,7 @@ def load_quantized(folder: str | Path) -> nn.Module:
         if not plain_linear(linear):
             raise ValueError(f"{folder}: module {name!r} is not a linear layer of this {config.model_type} model; the"
                              " folder does not match its config: quantize the float model again")
-        bias = linear.bias is not None
-        _set_module(model, name, Int4Linear(linear.in_features, linear.out_features, bias, int(record["group_size"]))
-                    if record["quant_method"] == METHODS["int4"] else Int8Linear(linear.in_features, linear.out_features, bias))
+        _set_module(model, name, layer.for_record(linear.in_features, linear.out_features, linear.bias is not None, record))
     state = load_file(str(folder / WEIGHTS))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
