@@ -1,12 +1,16 @@
 """Every config.json a family config wrote before the configs were typed (tests/models/saved_family_configs.py)
 still loads, through ``AutoConfig``, the class's ``from_pretrained`` and slmlab's own loader, with the same
 attribute values, saves again to the same JSON, and builds a model with the same logits; the signatures and
-the accepted keys are the ones the classes had."""
+the accepted keys are the ones the classes had. Every family config is typed: no ``def __init__`` in any
+``models/*/configuration_*.py``."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import inspect
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,3 +113,26 @@ def test_a_model_built_from_a_saved_config_gives_the_same_logits_and_loads_back(
     assert {k: plain(getattr(loaded.config, k)) for k in case["attrs"]} == case["attrs"]
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, logits)
+
+
+def test_no_family_config_writes_its_own_init():
+    """The one config idiom (docs/contributing.md): annotated fields with defaults, derived values and
+    checks in ``__post_init__``; a ``def __init__`` in a configuration module brings the untyped one back."""
+    files = sorted(Path(slmlab.models.__file__).parent.glob("*/configuration_*.py"))
+    assert len(files) == len(slmlab.families())
+    found = [f"{path.parent.name}/{path.name}: {node.name}.__init__" for path in files
+             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)
+             for item in node.body if isinstance(item, ast.FunctionDef) and item.name == "__init__"]
+    assert found == []
+
+
+@pytest.mark.parametrize("family", sorted(SIGNATURES))
+def test_every_keyword_is_a_typed_field_or_a_declared_init_only_one(family):
+    cls = slmlab.get_family(family).config_class
+    own = {f.name for f in dataclasses.fields(cls)} - {f.name for f in dataclasses.fields(PretrainedConfig)}
+    keywords = {name for name, _ in SIGNATURES[family]}
+    init_only = vars(inspect.getmodule(cls)).get("INIT_ONLY_KEYWORDS", {})
+    assert own | set(init_only) == keywords and not own & set(init_only)
+    assert all(isinstance(f.type, str) and f.type for f in dataclasses.fields(cls))
+    with pytest.raises(ValueError, match="accepts only keyword arguments"):
+        cls(1)
