@@ -1,10 +1,11 @@
 """Every config.json the transactions configs wrote before they were typed (tests/transactions/saved_txn_configs.py)
 still loads, through ``AutoConfig``, the class's ``from_pretrained`` and the transactions loader, with the same
 attribute values, saves again to the same JSON, and builds a model with the same outputs; the signatures keep
-the old keywords."""
+the old keywords, and no config class writes its own ``__init__``."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 import torch
 from transformers import AutoConfig, PretrainedConfig
 
+import slmlab.transactions.heads as heads
+import slmlab.transactions.model as txn_model
 from saved_txn_configs import CASES, OUTPUTS, SCHEMAS, SIGNATURES
 from slmlab.transactions.heads.spec import HEADS
 from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig
@@ -119,3 +122,12 @@ def test_a_model_built_from_a_saved_config_gives_the_same_output_and_loads_back(
     assert {k: plain(getattr(back.config, k)) for k in case["json"] if k not in STAMPED} == unstamped(case["json"])
     assert torch.allclose(output(back), got, rtol=1e-5, atol=1e-7)
 
+
+def test_no_transactions_config_class_writes_its_own_init():
+    """Typed configs (fields with defaults, checks in ``__post_init__``): an ``__init__`` in a config
+    class would bring back the untyped idiom (docs/contributing.md)."""
+    files = [Path(txn_model.__file__), *sorted(Path(heads.__file__).parent.glob("*.py"))]
+    found = [f"{path.name}: {node.name}" for path in files for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.ClassDef) and node.name.endswith("Config")
+             and any(isinstance(item, ast.FunctionDef) and item.name == "__init__" for item in node.body)]
+    assert found == []
