@@ -34,11 +34,13 @@ class Family:
         presets: named config overrides (a table, never read by model code).
         audit: ``model -> {category: parameter count}``, in print order.
         description: one line for ``slmlab models``.
-        scaling: the budget-fitting rule (:class:`slmlab.models.budget.ScalingRule`), or None.
+        scaling: the budget-fitting rule (:class:`slmlab.models.budget.ScalingRule`) ``slmlab compare
+            --budget`` fits the family with, or None.
         export: how the family leaves slmlab (:class:`slmlab.models.export_info.ExportInfo`, the
             ``EXPORT`` of its ``convert.py``); None: remote code only (:func:`get_export_info`).
-        lora_targets: the module names (last name component) ``slmlab finetune --lora`` adapts by default,
-            the ``LORA_TARGETS`` of the family's ``lora.py``; only plain ``nn.Linear`` layers are adapted.
+        lora_targets: the module names (last name component) ``slmlab finetune --lora`` adapts by default
+            (the family's LoRA targets); only plain ``nn.Linear`` layers are adapted.
+    Each family declares its entry, with these values written in it, in its ``__init__.py``.
     The names of family-specific forward inputs the harness may supply (PGSM's
     ``retrieval_positions``) are the base model's ``family_inputs``: :attr:`extra_forward_inputs`.
     """
