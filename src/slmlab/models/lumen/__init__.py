@@ -20,24 +20,20 @@ def _budget_layout(k: int, base: dict) -> dict:
             "num_kv_heads": int(base.get("num_kv_heads", 1)), "intermediate_dim": 2 * width}
 
 
-FAMILY = register_family(
-    Family(
-        name="lumen",
-        config_class=LumenConfig,
-        model_class=LumenForCausalLM,
-        presets=PRESETS,
-        audit=audit_parameters,
-        scaling=ScalingRule(
-            "width d = 8k (head dim d/4, even), 4 layers, 4 query / 1 KV heads, SwiGLU width 2d (the default's ratios);"
-            " the SwiGLU width (multiples of 8) absorbs the rounding",
-            _budget_layout, "intermediate_dim", 8,
-        ),
-        export=EXPORT,
-        # every projection of attention (q, k, v, o) and of the SwiGLU (gate, up, down), transformers' Llama
-        # names; the tied embedding / LM head stays frozen
-        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-        description="SAGE-Lumen: tiny Llama-style decoder (MQA/GQA, RoPE, SwiGLU, tied embeddings)",
-    )
-)
+FAMILY = register_family(Family(
+    name="lumen", config_class=LumenConfig, model_class=LumenForCausalLM,
+    audit=audit_parameters, export=EXPORT, presets=PRESETS,
+    description="SAGE-Lumen: tiny Llama-style decoder (MQA/GQA, RoPE, SwiGLU, tied embeddings)",
+    # how `slmlab compare --budget` sizes the family (slmlab.models.budget)
+    scaling=ScalingRule(
+        "width d = 8k (head dim d/4, even), 4 layers, 4 query / 1 KV heads, SwiGLU width 2d (the default's ratios);"
+        " the SwiGLU width (multiples of 8) absorbs the rounding",
+        _budget_layout, "intermediate_dim", 8,
+    ),
+    # the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
+    # every projection of attention (q, k, v, o) and of the SwiGLU (gate, up, down), transformers' Llama
+    # names; the tied embedding / LM head stays frozen
+    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+))
 
 __all__ = ["FAMILY", "LumenConfig", "LumenForCausalLM", "LumenModel", "audit_parameters", "convert_seed_state_dict"]
