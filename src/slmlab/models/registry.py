@@ -7,6 +7,7 @@ nothing else in the code base special-cases a family by name.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -14,6 +15,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import NamedTuple
 
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
@@ -31,11 +34,13 @@ class Family:
         presets: named config overrides (a table, never read by model code).
         audit: ``model -> {category: parameter count}``, in print order.
         description: one line for ``slmlab models``.
-        scaling: the budget-fitting rule (:class:`slmlab.models.budget.ScalingRule`), or None.
+        scaling: the budget-fitting rule (:class:`slmlab.models.budget.ScalingRule`) ``slmlab compare
+            --budget`` fits the family with, or None.
         export: how the family leaves slmlab (:class:`slmlab.models.export_info.ExportInfo`, the
             ``EXPORT`` of its ``convert.py``); None: remote code only (:func:`get_export_info`).
-        lora_targets: the module names (last name component) ``slmlab finetune --lora`` adapts by default,
-            the ``LORA_TARGETS`` of the family's ``lora.py``; only plain ``nn.Linear`` layers are adapted.
+        lora_targets: the module names (last name component) ``slmlab finetune --lora`` adapts by default
+            (the family's LoRA targets); only plain ``nn.Linear`` layers are adapted.
+    Each family declares its entry, with these values written in it, in its ``__init__.py``.
     The names of family-specific forward inputs the harness may supply (PGSM's
     ``retrieval_positions``) are the base model's ``family_inputs``: :attr:`extra_forward_inputs`.
     """
@@ -177,6 +182,42 @@ def reject_unknown_keys(config: PretrainedConfig, kwargs: Mapping[str, object]) 
         check_config_keys(cls, kwargs, cls.__name__)
         return
     check_config_keys(cls, kwargs, f"{name} config", f"docs/{name}.md")
+
+
+class InitOnly(NamedTuple):
+    """A keyword a typed config takes but stores under no field of its own name (NeoLLM's and
+    NanoHammer's ``rope_scaling``, PGSM's ``tie_weights``, LFM2's ``layer_types``): its ``__post_init__``
+    pops it from the keywords. ``after``: the field it follows in the seed's signature (None: last)."""
+
+    default: object
+    annotation: str
+    after: str | None = None
+
+
+def config_signature(init_only: Mapping[str, InitOnly] = MappingProxyType({})):
+    """Class decorator for a typed config (annotated fields with defaults, checks in ``__post_init__``):
+    show its keywords on the ``__init__`` that ``PretrainedConfig.__init_subclass__`` generates, keyword-only
+    as every transformers 5 config: the fields the class and its slmlab bases declare, in order, with
+    their defaults, the ``init_only`` keywords where they stood in the seed's signature, then ``**kwargs``
+    (handed to ``__post_init__``). Without it ``inspect.signature`` shows ``PretrainedConfig``'s fields
+    and no ``**kwargs``; :func:`config_keys` reads the keywords from it."""
+
+    def describe(cls: type[PretrainedConfig]) -> type[PretrainedConfig]:
+        if "__init__" not in cls.__dict__:  # the wrapper PretrainedConfig.__init_subclass__ generates for `cls`
+            raise TypeError(f"{cls.__name__} has no generated __init__ of its own to describe.")
+        inherited = {f.name for f in dataclasses.fields(PretrainedConfig)}
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        params = [inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
+                  for f in dataclasses.fields(cls) if f.name not in inherited]
+        for name, spec in init_only.items():
+            at = len(params) if spec.after is None else [p.name for p in params].index(spec.after) + 1
+            params.insert(at, inspect.Parameter(name, keyword, default=spec.default, annotation=spec.annotation))
+        self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        kwargs = inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)
+        cls.__init__.__signature__ = inspect.Signature([self, *params, kwargs])
+        return cls
+
+    return describe
 
 
 def check_saved_model_type(folder: str | Path) -> Family:

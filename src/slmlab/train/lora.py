@@ -1,7 +1,7 @@
 """LoRA adapters through ``peft``: the spec, adding adapters to a model, saving, loading, merging.
 
 LoRA (Hu et al., arXiv:2106.09685) freezes the model and learns ``W + (alpha / r) · B A`` for chosen
-linear layers. Which layers: the family's ``LORA_TARGETS`` (``models/<family>/lora.py``) or the
+linear layers. Which layers: the family's ``lora_targets`` (its registry entry) or the
 spec's ``targets``, matched against the last component of each module's name and kept only where the
 module is a plain ``nn.Linear`` (a layer with its own maths around the matrix, such as NeoLLM's
 multiplied linears, would not merge exactly). The adapter is saved in peft's own format
@@ -33,7 +33,7 @@ class LoraSpec:
         r: the rank of ``B A``.
         alpha: the scale numerator (the update is ``alpha / r · B A``).
         dropout: dropout on the adapter's input during training.
-        targets: module names (last name component) to adapt; empty = the family's ``LORA_TARGETS``.
+        targets: module names (last name component) to adapt; empty = the family's ``lora_targets``.
     """
 
     r: int = 8
@@ -90,7 +90,7 @@ def require_peft():
 
 def target_modules(model: nn.Module, targets: tuple[str, ...] = ()) -> list[str]:
     """Full names of the modules of ``model`` that LoRA adapts: plain ``nn.Linear`` layers whose last name
-    component is in ``targets`` (default: the family's ``LORA_TARGETS``), never the output head.
+    component is in ``targets`` (default: the family's ``lora_targets``), never the output head.
 
     Raises:
         ValueError: a requested target names no module, only modules that are not plain linear layers,

@@ -24,6 +24,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from ..models.lfm2 import Lfm2SmallBackbone, Lfm2SmallConfig
+from ..models.registry import config_signature
 from .data.schema import CONFIGS, DEFAULT_SCHEMA, FittedSchema, SchemaConfig, load_schema, schema_from_dict
 from .embedding import PerFeatureLMHeads, StructuredEmbedding
 
@@ -55,8 +56,11 @@ def _schema_dict(schema: SchemaConfig | FittedSchema | dict | None) -> dict:
     return dict(schema)
 
 
+@config_signature()
 class TxnEncoderConfig(PretrainedConfig):
     """Config of :class:`TransactionEncoder` (a head's config adds its own fields: :class:`TxnHeadConfig`).
+
+    Typed, as every config: annotated fields with defaults, normalised and checked in ``__post_init__``.
 
     Args:
         backbone: ``Lfm2SmallConfig`` keyword arguments.
@@ -68,16 +72,25 @@ class TxnEncoderConfig(PretrainedConfig):
 
     model_type = "slmlab_txn_encoder"
 
-    def __init__(self, backbone: dict | None = None, schema: dict | None = None, max_transactions: int = 64,
-                 lm_head_bias: bool = False, initializer_range: float = 0.02, **kwargs) -> None:
-        self.backbone = dict(backbone or {})
-        self.schema = _schema_dict(schema)
-        self.max_transactions = int(max_transactions)
-        self.lm_head_bias = bool(lm_head_bias)
-        self.initializer_range = initializer_range
-        super().__init__(**kwargs)
+    backbone: dict | None = None  # None -> {} (the backbone's defaults)
+    schema: dict | None = None  # None -> the shipped schema, unfitted
+    max_transactions: int = 64
+    lm_head_bias: bool = False
+    initializer_range: float = 0.02
+
+    def __post_init__(self, **kwargs):
+        """Called by the generated ``__init__`` once the fields are assigned, with the keywords that are not
+        fields (passed on to transformers' post-init): normalises the fields, then checks the window length
+        against the backbone's context."""
+        given = self.max_transactions
+        self.backbone = dict(self.backbone or {})
+        self.schema = _schema_dict(self.schema)
+        self.max_transactions = int(self.max_transactions)
+        self.lm_head_bias = bool(self.lm_head_bias)
+        super().__post_init__(**kwargs)
+        self.validate()  # transformers' class validators, as its own __init__ runs them
         if self.max_transactions <= 0:
-            raise ValueError(f"max_transactions must be a positive integer, got {max_transactions!r}")
+            raise ValueError(f"max_transactions must be a positive integer, got {given!r}")
         need = self.max_transactions * len(self.schema_config.features)
         if self.backbone_config().max_position_embeddings < need:
             raise ValueError(f"backbone.max_position_embeddings must be >= T*F = {need}")
@@ -237,10 +250,11 @@ class TransactionEncoder(TxnPreTrainedModel):
         return TxnEncoderOutput(loss=loss, last_hidden_state=hidden, per_feature=per_feature)
 
 
+@config_signature()
 class TxnHeadConfig(TxnEncoderConfig):
     """Base of the fine-tuned models' configs: the encoder's fields, ``freeze_backbone`` and, in each
-    subclass, the head's own fields (named in its ``HEAD_FIELDS``; the subclass's own ``__init__``
-    sets and validates them, then passes the rest on).
+    subclass, the head's own fields (annotated, named in its ``HEAD_FIELDS``; the subclass's
+    ``__post_init__`` normalises them, passes the other keywords on, then checks them).
 
     Args:
         freeze_backbone: linear-probe mode (embedding and backbone frozen).
@@ -250,13 +264,17 @@ class TxnHeadConfig(TxnEncoderConfig):
     HEAD_FIELDS: ClassVar[tuple[str, ...]] = ("freeze_backbone",)
     _registry: ClassVar[list[type]] = []
 
+    freeze_backbone: bool = False
+
     def __init_subclass__(cls, **kwargs) -> None:
+        """Register every head config (:meth:`all_head_fields`) and show its keywords on its ``__init__``."""
         super().__init_subclass__(**kwargs)
+        config_signature()(cls)
         TxnHeadConfig._registry.append(cls)
 
-    def __init__(self, freeze_backbone: bool = False, **kwargs) -> None:
-        self.freeze_backbone = bool(freeze_backbone)
-        super().__init__(**kwargs)
+    def __post_init__(self, **kwargs):
+        self.freeze_backbone = bool(self.freeze_backbone)
+        super().__post_init__(**kwargs)
 
     @classmethod
     def all_head_fields(cls) -> set[str]:

@@ -9,7 +9,7 @@ import yaml
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import KeepsSavedKeys, reject_unknown_keys
+from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +19,10 @@ DEFAULT_LAYER_ORDER = ("conv", "conv", "attn", "conv", "attn", "conv", "attn", "
 # transformers' Lfm2 spells the layer kinds differently.
 _HF_LAYER_TYPES = {"conv": "conv", "attn": "full_attention"}
 _FROM_HF_LAYER_TYPES = {v: k for k, v in _HF_LAYER_TYPES.items()}
+# transformers' spellings of `layer_order`, taken when it is not given, never stored (`layer_types` is the
+# property that reads `layer_order` back in that spelling).
+INIT_ONLY_KEYWORDS = {"layer_types": InitOnly(None, "list[str] | None"),
+                      "full_attn_idxs": InitOnly(None, "list[int] | None")}
 
 
 def effective_intermediate_size(
@@ -42,14 +46,17 @@ def effective_intermediate_size(
     return block_multiple_of * ((size + block_multiple_of - 1) // block_multiple_of)
 
 
+@config_signature(INIT_ONLY_KEYWORDS)
 class Lfm2SmallConfig(KeepsSavedKeys, PretrainedConfig):
     """LFM2 backbone: gated short causal convolutions interleaved with GQA attention (QK-norm).
 
     Every field of the seed's ``ModelConfig`` is accepted under its own name and default;
     transformers' ``Lfm2Config`` names are aliases (``num_hidden_layers``, ``norm_eps``,
     ``conv_L_cache``), and ``layer_types`` / ``full_attn_idxs`` are accepted as an alternative
-    spelling of ``layer_order``. The transaction-specific fields (``num_transactions``,
-    ``num_features``) are kept for the transaction encoder; the text LM does not read them.
+    spelling of ``layer_order`` (keywords only: ``layer_types`` is read back from ``layer_order``). The
+    transaction-specific fields (``num_transactions``, ``num_features``) are kept for the transaction
+    encoder; the text LM does not read them. Typed, as every family config: the fields are annotated
+    class attributes, checked (and ``head_dim`` derived) in ``__post_init__``.
 
     Args:
         vocab_size: token vocabulary of the text LM (2048).
@@ -82,63 +89,46 @@ class Lfm2SmallConfig(KeepsSavedKeys, PretrainedConfig):
         "conv_L_cache": "conv_kernel_size",
     }
 
-    def __init__(
-        self,
-        vocab_size: int = 2048,
-        hidden_size: int = 256,
-        intermediate_size: int = 1024,
-        num_attention_heads: int = 4,
-        num_key_value_heads: int = 2,
-        num_layers: int = 8,
-        layer_order: list[str] | None = None,
-        conv_kernel_size: int = 3,
-        block_auto_adjust_ff_dim: bool = True,
-        block_multiple_of: int = 256,
-        block_ffn_dim_multiplier: float | None = 1.0,
-        rms_norm_eps: float = 1e-6,
-        rope_theta: float = 1_000_000.0,
-        max_position_embeddings: int = 4096,
-        initializer_range: float = 0.02,
-        num_transactions: int = 64,
-        num_features: int = 15,
-        conv_bias: bool = False,
-        tie_word_embeddings: bool = True,
-        use_cache: bool = True,
-        layer_types: list[str] | None = None,
-        full_attn_idxs: list[int] | None = None,
-        **kwargs,
-    ) -> None:
-        reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
+    vocab_size: int = 2048
+    hidden_size: int = 256
+    intermediate_size: int = 1024
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    num_layers: int = 8
+    layer_order: list[str] | None = None  # None -> layer_types / full_attn_idxs, else DEFAULT_LAYER_ORDER
+    conv_kernel_size: int = 3
+    block_auto_adjust_ff_dim: bool = True
+    block_multiple_of: int = 256
+    block_ffn_dim_multiplier: float | None = 1.0
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    max_position_embeddings: int = 4096
+    initializer_range: float = 0.02
+    num_transactions: int = 64
+    num_features: int = 15
+    conv_bias: bool = False
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs):
+        """Called by the generated ``__init__`` once the fields are assigned, with the keywords that are not
+        fields: resolves ``layer_order`` (from ``layer_types`` / ``full_attn_idxs`` when not given), checks
+        the fields, derives ``head_dim``, then runs transformers' post-init and validators. An unknown
+        keyword (a typo) raises ``ValueError`` with "did you mean" (:func:`reject_unknown_keys`)."""
+        reject_unknown_keys(self, kwargs)
         kwargs.pop("head_dim", None)  # derived; written by to_dict, recomputed here
         kwargs.pop("effective_intermediate_size", None)
-        if layer_order is None:
-            layer_order = _layer_order_from_hf(layer_types, full_attn_idxs, num_layers)
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_attention_heads = num_attention_heads
-        self.num_key_value_heads = num_key_value_heads
-        self.num_layers = num_layers
-        self.layer_order = list(layer_order)
-        self.conv_kernel_size = conv_kernel_size
-        self.block_auto_adjust_ff_dim = block_auto_adjust_ff_dim
-        self.block_multiple_of = block_multiple_of
-        self.block_ffn_dim_multiplier = block_ffn_dim_multiplier
-        self.rms_norm_eps = rms_norm_eps
-        self.rope_theta = rope_theta
-        self.max_position_embeddings = max_position_embeddings
-        self.initializer_range = initializer_range
-        self.num_transactions = num_transactions
-        self.num_features = num_features
-        self.conv_bias = conv_bias
-        self.use_cache = use_cache
+        layer_types, full_attn_idxs = kwargs.pop("layer_types", None), kwargs.pop("full_attn_idxs", None)
+        if self.layer_order is None:
+            self.layer_order = _layer_order_from_hf(layer_types, full_attn_idxs, self.num_layers)
+        self.layer_order = list(self.layer_order)
         self._validate()
-        self.head_dim = check_head_layout(hidden_size, num_attention_heads, num_key_value_heads, None)
+        self.head_dim = check_head_layout(self.hidden_size, self.num_attention_heads, self.num_key_value_heads, None)
         if self.head_dim % 2:
             raise ValueError(f"head dimension hidden_size/num_attention_heads = {self.head_dim} must be even for RoPE")
         # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)
-        kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs}
-        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+        super().__post_init__(**{"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs})
+        self.validate()  # transformers' class validators, as its own __init__ runs them
 
     def _validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "conv_kernel_size",

@@ -5,14 +5,17 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import KeepsSavedKeys, reject_unknown_keys
+from ..registry import KeepsSavedKeys, config_signature, reject_unknown_keys
 
 
+@config_signature()
 class LumenConfig(KeepsSavedKeys, PretrainedConfig):
     """A tiny Llama-style decoder: MQA/GQA attention with RoPE, SwiGLU, RMSNorm, tied embeddings.
 
     Every field of the seed's ``LumenConfig`` is accepted under its own name and default; the
     transformers names (``hidden_size``, ``num_hidden_layers``, ...) are aliases of the same values.
+    Typed, as every family config: the fields are annotated class attributes, ``head_dim``
+    (``hidden_dim // num_heads``) is derived and the sizes checked in ``__post_init__``.
 
     Args:
         vocab_size: 2048.
@@ -41,42 +44,32 @@ class LumenConfig(KeepsSavedKeys, PretrainedConfig):
         "max_position_embeddings": "max_seq_len",
     }
 
-    def __init__(
-        self,
-        vocab_size: int = 2048,
-        hidden_dim: int = 256,
-        num_layers: int = 4,
-        num_heads: int = 4,
-        num_kv_heads: int = 1,
-        intermediate_dim: int = 512,
-        max_seq_len: int = 1024,
-        rms_norm_eps: float = 1e-6,
-        rope_theta: float = 10000.0,
-        tie_word_embeddings: bool = True,
-        initializer_range: float = 0.02,
-        use_cache: bool = True,
-        **kwargs,
-    ) -> None:
-        reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
-        self.vocab_size = vocab_size
-        self.hidden_dim = hidden_dim
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.num_kv_heads = num_kv_heads
-        self.intermediate_dim = intermediate_dim
-        self.max_seq_len = max_seq_len
-        self.rms_norm_eps = rms_norm_eps
-        self.rope_theta = rope_theta
-        self.initializer_range = initializer_range
-        self.use_cache = use_cache
-        self.head_dim = check_head_layout(hidden_dim, num_heads, num_kv_heads, None)
+    vocab_size: int = 2048
+    hidden_dim: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 1
+    intermediate_dim: int = 512
+    max_seq_len: int = 1024
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = True
+    initializer_range: float = 0.02
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs):
+        """Called by the generated ``__init__`` once the fields are assigned, with the keywords that are not
+        fields: derives ``head_dim``, checks the sizes, then runs transformers' post-init and validators. An
+        unknown keyword (a typo) raises ``ValueError`` with "did you mean" (:func:`reject_unknown_keys`)."""
+        reject_unknown_keys(self, kwargs)
+        self.head_dim = check_head_layout(self.hidden_dim, self.num_heads, self.num_kv_heads, None)
         for name in ("vocab_size", "hidden_dim", "num_layers", "max_seq_len"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if int(intermediate_dim) < 0:
-            raise ValueError(f"intermediate_dim must be >= 0 (0 = no MLP sublayer), got {intermediate_dim!r}")
+        if int(self.intermediate_dim) < 0:
+            raise ValueError(f"intermediate_dim must be >= 0 (0 = no MLP sublayer), got {self.intermediate_dim!r}")
         if self.head_dim % 2:
             raise ValueError(f"head dimension hidden_dim/num_heads = {self.head_dim} must be even for RoPE")
         # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)
-        kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs}
-        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+        super().__post_init__(**{"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs})
+        self.validate()  # transformers' class validators, as its own __init__ runs them

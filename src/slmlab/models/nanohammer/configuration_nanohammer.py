@@ -5,11 +5,15 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import KeepsSavedKeys, reject_unknown_keys
+from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys
 
 ROTATION_STYLES = ("rotation", "seed")
+# The seed's `rope_scaling` keyword (only None is supported): taken, never stored; a class attribute of that
+# name would hide transformers' `rope_scaling` property.
+INIT_ONLY_KEYWORDS = {"rope_scaling": InitOnly(None, "dict | None", after="rope_theta")}
 
 
+@config_signature(INIT_ONLY_KEYWORDS)
 class NanoHammerConfig(KeepsSavedKeys, PretrainedConfig):
     """A Llama-style decoder whose hidden tokens also attend to per-position "state tokens" made from a
     rotated cumulative sum of the token embeddings (see :mod:`.modeling_nanohammer`).
@@ -18,7 +22,8 @@ class NanoHammerConfig(KeepsSavedKeys, PretrainedConfig):
     seed's defects are fixed: ``state_hidden_size`` defaults to the integer ``hidden_size // 4`` (the
     seed stored the float ``hidden_size / 4``); an ``auto_map`` (written by the seed, or by slmlab's
     remote-code export, for ``trust_remote_code``) is kept as transformers keeps it, so a loaded export
-    saves again with its entry points.
+    saves again with its entry points. Typed, as every family config: the fields are annotated class
+    attributes, checked (and the derived defaults resolved) in ``__post_init__``.
 
     Args:
         vocab_size: 128256.
@@ -53,102 +58,83 @@ class NanoHammerConfig(KeepsSavedKeys, PretrainedConfig):
 
     model_type = "nanohammer"
 
-    def __init__(
-        self,
-        vocab_size: int = 128256,
-        hidden_size: int = 2048,
-        intermediate_size: int = 8192,
-        num_hidden_layers: int = 24,
-        num_attention_heads: int = 32,
-        num_key_value_heads: int = 8,
-        num_state_heads: int = 32,
-        state_hidden_size: int | None = None,
-        max_position_embeddings: int = 131072,
-        rms_norm_eps: float = 1e-5,
-        initializer_range: float = 0.02,
-        use_cache: bool = True,
-        tie_word_embeddings: bool = False,
-        rope_theta: float = 10000.0,
-        rope_scaling: dict | None = None,
-        attention_bias: bool = False,
-        attention_dropout: float = 0.0,
-        mlp_bias: bool = False,
-        hidden_act: str = "silu",
-        bos_token_id: int | None = 128000,
-        eos_token_id: int | None = 128009,
-        pad_token_id: int | None = None,
-        head_dim: int | None = None,
-        state_rope_base: float = 10000.0,
-        rotation_style: str = "rotation",
-        hidden_attends_self: bool = True,
-        **kwargs,
-    ) -> None:
-        reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
-        for name, value in (
-            ("vocab_size", vocab_size),
-            ("hidden_size", hidden_size),
-            ("intermediate_size", intermediate_size),
-            ("num_hidden_layers", num_hidden_layers),
-            ("num_state_heads", num_state_heads),
-            ("max_position_embeddings", max_position_embeddings),
-        ):
+    vocab_size: int = 128256
+    hidden_size: int = 2048
+    intermediate_size: int = 8192
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 8
+    num_state_heads: int = 32
+    state_hidden_size: int | None = None  # None -> hidden_size // 4
+    max_position_embeddings: int = 131072
+    rms_norm_eps: float = 1e-5
+    initializer_range: float = 0.02
+    use_cache: bool = True
+    tie_word_embeddings: bool = False
+    rope_theta: float = 10000.0
+    attention_bias: bool = False
+    attention_dropout: float = 0.0
+    mlp_bias: bool = False
+    hidden_act: str = "silu"
+    bos_token_id: int | None = 128000  # None in a vocabulary too small to hold it
+    eos_token_id: int | None = 128009  # the same
+    pad_token_id: int | None = None
+    head_dim: int | None = None  # None -> hidden_size // num_attention_heads
+    state_rope_base: float = 10000.0
+    rotation_style: str = "rotation"
+    hidden_attends_self: bool = True
+
+    def __post_init__(self, **kwargs):
+        """Called by the generated ``__init__`` once the fields are assigned, with the keywords that are not
+        fields: checks the fields and resolves the derived defaults (``head_dim``, ``state_hidden_size``, the
+        token ids), then runs transformers' post-init and validators. An unknown keyword (a typo) raises
+        ``ValueError`` with "did you mean" (:func:`reject_unknown_keys`)."""
+        reject_unknown_keys(self, kwargs)
+        rope_scaling = kwargs.pop("rope_scaling", INIT_ONLY_KEYWORDS["rope_scaling"].default)
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_state_heads",
+                     "max_position_embeddings"):
+            value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.head_dim = check_head_layout(hidden_size, num_attention_heads, num_key_value_heads, head_dim)
+        self.head_dim = check_head_layout(self.hidden_size, self.num_attention_heads, self.num_key_value_heads,
+                                          self.head_dim)
         if self.head_dim % 2:
             raise ValueError(f"attention head_dim ({self.head_dim}) must be even for RoPE")
-        if state_hidden_size is None:
-            state_hidden_size = hidden_size // 4
-        if isinstance(state_hidden_size, float) and state_hidden_size.is_integer():
-            state_hidden_size = int(state_hidden_size)
-        if not isinstance(state_hidden_size, int) or isinstance(state_hidden_size, bool) or state_hidden_size <= 0:
-            raise ValueError(f"state_hidden_size must be a positive integer, got {state_hidden_size!r}")
-        if state_hidden_size % num_state_heads:
-            raise ValueError(
-                f"state_hidden_size ({state_hidden_size}) must be divisible by num_state_heads ({num_state_heads})"
-            )
-        if state_hidden_size % 2:
-            raise ValueError(f"state_hidden_size ({state_hidden_size}) must be even (channels rotate in pairs)")
-        if rope_scaling is not None:
-            raise ValueError(f"rope_scaling={rope_scaling!r} is not supported by NanoHammer; use None (plain RoPE)")
-        if hidden_act != "silu":
-            raise ValueError(f"hidden_act={hidden_act!r} is not supported; NanoHammer's MLP is SwiGLU (hidden_act='silu')")
-        if rotation_style not in ROTATION_STYLES:
-            raise ValueError(f"rotation_style must be one of {ROTATION_STYLES}, got {rotation_style!r}")
-        if not 0.0 <= attention_dropout < 1.0:
-            raise ValueError(f"attention_dropout must be in [0, 1), got {attention_dropout!r}")
-        if rms_norm_eps <= 0:
-            raise ValueError(f"rms_norm_eps must be positive, got {rms_norm_eps!r}")
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.num_key_value_heads = num_key_value_heads
-        self.num_state_heads = num_state_heads
-        self.state_hidden_size = state_hidden_size
-        self.max_position_embeddings = max_position_embeddings
-        self.rms_norm_eps = rms_norm_eps
-        self.initializer_range = initializer_range
-        self.use_cache = use_cache
-        self.rope_theta = rope_theta
-        self.attention_bias = attention_bias
-        self.attention_dropout = attention_dropout
-        self.mlp_bias = mlp_bias
-        self.hidden_act = hidden_act
-        self.state_rope_base = state_rope_base
-        self.rotation_style = rotation_style
-        self.hidden_attends_self = bool(hidden_attends_self)
+        self.state_hidden_size = self._resolve_state_hidden_size()
+        self._check_options(rope_scaling)
+        self.hidden_attends_self = bool(self.hidden_attends_self)
         # The seed's ids are Llama 3's (128000 / 128009): kept where the vocabulary holds them, None in a
         # smaller one (a tiny preset, a compare budget, a synthetic task), where they would name no token.
-        if bos_token_id == 128000 and vocab_size <= bos_token_id:
-            bos_token_id = None
-        if eos_token_id == 128009 and vocab_size <= eos_token_id:
-            eos_token_id = None
-        super().__init__(
-            tie_word_embeddings=tie_word_embeddings,
-            bos_token_id=bos_token_id,
-            eos_token_id=eos_token_id,
-            pad_token_id=pad_token_id,
-            **kwargs,
-        )
+        if self.bos_token_id == 128000 and self.vocab_size <= self.bos_token_id:
+            self.bos_token_id = None
+        if self.eos_token_id == 128009 and self.vocab_size <= self.eos_token_id:
+            self.eos_token_id = None
+        super().__post_init__(**kwargs)
+        self.validate()  # transformers' class validators, as its own __init__ runs them
+
+    def _resolve_state_hidden_size(self) -> int:
+        """``hidden_size // 4`` when not given; an integral float (a seed config.json) as an int; then checked."""
+        size = self.hidden_size // 4 if self.state_hidden_size is None else self.state_hidden_size
+        if isinstance(size, float) and size.is_integer():
+            size = int(size)
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            raise ValueError(f"state_hidden_size must be a positive integer, got {size!r}")
+        if size % self.num_state_heads:
+            raise ValueError(f"state_hidden_size ({size}) must be divisible by num_state_heads ({self.num_state_heads})")
+        if size % 2:
+            raise ValueError(f"state_hidden_size ({size}) must be even (channels rotate in pairs)")
+        return size
+
+    def _check_options(self, rope_scaling: dict | None) -> None:
+        if rope_scaling is not None:
+            raise ValueError(f"rope_scaling={rope_scaling!r} is not supported by NanoHammer; use None (plain RoPE)")
+        if self.hidden_act != "silu":
+            raise ValueError(
+                f"hidden_act={self.hidden_act!r} is not supported; NanoHammer's MLP is SwiGLU (hidden_act='silu')"
+            )
+        if self.rotation_style not in ROTATION_STYLES:
+            raise ValueError(f"rotation_style must be one of {ROTATION_STYLES}, got {self.rotation_style!r}")
+        if not 0.0 <= self.attention_dropout < 1.0:
+            raise ValueError(f"attention_dropout must be in [0, 1), got {self.attention_dropout!r}")
+        if self.rms_norm_eps <= 0:
+            raise ValueError(f"rms_norm_eps must be positive, got {self.rms_norm_eps!r}")

@@ -16,23 +16,21 @@ e.g. ``use_lns=1``, and it would wrap the seed's ``ValueError``s in its own erro
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import logging
 
 from transformers import PretrainedConfig
 
-from ..registry import KeepsSavedKeys, reject_unknown_keys
+from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys
 
 logger = logging.getLogger(__name__)
 
 # Residual-flow mechanisms that rewrite the residual topology: at most one may be active (seed rule).
 RESIDUAL_FLOW_FLAGS = ("use_laurel", "use_attn_res", "use_stack_memory", "use_siamesenorm")
 
-# Seed keywords that are not stored under their own name: name -> (default, annotation). transformers 5
-# keeps `rope_scaling` as the (deprecated) alias property of `rope_parameters`, where __post_init__ puts it;
-# a class attribute of that name would hide the property.
-INIT_ONLY_KEYWORDS = {"rope_scaling": (None, "dict | None")}
+# Seed keywords that are not stored under their own name. transformers 5 keeps `rope_scaling` as the
+# (deprecated) alias property of `rope_parameters`, where __post_init__ puts it; a class attribute of that
+# name would hide the property.
+INIT_ONLY_KEYWORDS = {"rope_scaling": InitOnly(None, "dict | None")}
 
 
 def _check_positive(**fields: int) -> None:
@@ -41,29 +39,7 @@ def _check_positive(**fields: int) -> None:
             raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
 
 
-def _seed_signature(cls: type[PretrainedConfig]) -> type[PretrainedConfig]:
-    """Show the seed's keyword signature on the generated ``__init__``: the class's own fields with their
-    defaults, the init-only keywords, then ``**kwargs`` (passed on to ``PretrainedConfig``). Without it,
-    ``inspect.signature`` shows PretrainedConfig's fields and no ``**kwargs``."""
-    if "__init__" not in cls.__dict__:  # the wrapper PretrainedConfig.__init_subclass__ generates for `cls`
-        raise TypeError(f"{cls.__name__} has no generated __init__ of its own to describe.")
-    inherited = {f.name for f in dataclasses.fields(PretrainedConfig)}
-    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    params += [
-        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
-        for f in dataclasses.fields(cls)
-        if f.name not in inherited
-    ]
-    params += [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-        for name, (default, annotation) in INIT_ONLY_KEYWORDS.items()
-    ]
-    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
-    cls.__init__.__signature__ = inspect.Signature(params)
-    return cls
-
-
-@_seed_signature
+@config_signature(INIT_ONLY_KEYWORDS)
 class NeoLLMConfig(KeepsSavedKeys, PretrainedConfig):
     """Configuration of NeoLLM: the seed's 83 keywords (82 fields + ``rope_scaling``) and ``use_cache``.
 
@@ -247,7 +223,7 @@ class NeoLLMConfig(KeepsSavedKeys, PretrainedConfig):
 
         ``rope_parameters`` is the source of truth when given: its ``rope_theta`` and ``partial_rotary_factor``
         set those fields, and a non-default ``rope_type`` is the scaling (unless ``rope_scaling`` is given)."""
-        rope_scaling = kwargs.pop("rope_scaling", INIT_ONLY_KEYWORDS["rope_scaling"][0])
+        rope_scaling = kwargs.pop("rope_scaling", INIT_ONLY_KEYWORDS["rope_scaling"].default)
         rope_parameters = dict(kwargs.pop("rope_parameters", None) or {})
         self.rope_theta = rope_parameters.pop("rope_theta", self.rope_theta)
         self.partial_rotary_factor = rope_parameters.pop("partial_rotary_factor", self.partial_rotary_factor)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from transformers import PretrainedConfig
 
-from ..registry import KeepsSavedKeys, reject_unknown_keys
+from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys
 
 ROPE_LAYOUTS = ("rotate_half", "seed")
+# The seed's `tie_weights` keyword is the property of that name (over `tie_word_embeddings`, the one stored
+# switch): taken in __post_init__, never a field.
+INIT_ONLY_KEYWORDS = {"tie_weights": InitOnly(None, "bool | None", after="retrieve_at_last_token_if_unspecified")}
 
 # The seed's named sizes, as a table (model code never reads a preset's name): each row is what the
 # seed's ``PGSMConfig.<size>()`` classmethod writes before the caller's overrides, ``block_size``
@@ -28,12 +32,14 @@ SIZE_PRESETS: dict[str, dict] = {
 }
 
 
+@config_signature(INIT_ONLY_KEYWORDS)
 class PGSMConfig(KeepsSavedKeys, PretrainedConfig):
     """Parallel Geometric State Model with an optional query-only sparse RoPE retriever.
 
     Every field of the seed's ``PGSMConfig`` is accepted under its own name and default; the
     transformers names (``hidden_size``, ``num_hidden_layers``, ``intermediate_size``,
-    ``max_position_embeddings``, ``initializer_range``) are aliases of the same values.
+    ``max_position_embeddings``, ``initializer_range``) are aliases of the same values. Typed, as every
+    family config: the fields are annotated class attributes, checked in ``__post_init__``.
 
     Args:
         vocab_size: 256.
@@ -75,58 +81,41 @@ class PGSMConfig(KeepsSavedKeys, PretrainedConfig):
         "initializer_range": "init_std",
     }
 
-    def __init__(
-        self,
-        vocab_size: int = 256,
-        block_size: int = 1024,
-        dim: int = 192,
-        layers: int = 3,
-        hidden: int = 384,
-        kernel_size: int = 17,
-        dropout: float = 0.0,
-        use_sparse_retrieval: bool = True,
-        retrieval_dim: int = 512,
-        retrieval_heads: int = 4,
-        retrieval_dropout: float = 0.0,
-        query_token_id: int | None = None,
-        auto_retrieve_on_query_token: bool = False,
-        retrieve_at_last_token_if_unspecified: bool = False,
-        tie_weights: bool | None = None,
-        use_post_retrieval_block: bool = True,
-        ignore_index: int = -100,
-        init_std: float = 0.02,
-        rope_layout: str = "rotate_half",
-        use_cache: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        reject_unknown_keys(self, kwargs)  # a typo raises, with "did you mean"
-        self.vocab_size = vocab_size
-        self.block_size = block_size
-        self.dim = dim
-        self.layers = layers
-        self.hidden = hidden
-        self.kernel_size = kernel_size
-        self.dropout = dropout
-        self.use_sparse_retrieval = use_sparse_retrieval
-        self.retrieval_dim = retrieval_dim
-        self.retrieval_heads = retrieval_heads
-        self.retrieval_dropout = retrieval_dropout
-        self.query_token_id = query_token_id
-        self.auto_retrieve_on_query_token = auto_retrieve_on_query_token
-        self.retrieve_at_last_token_if_unspecified = retrieve_at_last_token_if_unspecified
+    vocab_size: int = 256
+    block_size: int = 1024
+    dim: int = 192
+    layers: int = 3
+    hidden: int = 384
+    kernel_size: int = 17
+    dropout: float = 0.0
+    use_sparse_retrieval: bool = True
+    retrieval_dim: int = 512
+    retrieval_heads: int = 4
+    retrieval_dropout: float = 0.0
+    query_token_id: int | None = None
+    auto_retrieve_on_query_token: bool = False
+    retrieve_at_last_token_if_unspecified: bool = False
+    use_post_retrieval_block: bool = True
+    ignore_index: int = -100
+    init_std: float = 0.02
+    rope_layout: str = "rotate_half"
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs):
+        """Called by the generated ``__init__`` once the fields are assigned, with the keywords that are not
+        fields: resolves the tying switch from ``tie_weights`` / ``tie_word_embeddings``, checks the fields,
+        then runs transformers' post-init and validators. An unknown keyword (a typo) raises ``ValueError``
+        with "did you mean" (:func:`reject_unknown_keys`)."""
+        reject_unknown_keys(self, kwargs)
+        tie_weights = kwargs.pop("tie_weights", INIT_ONLY_KEYWORDS["tie_weights"].default)
         hf_tie = kwargs.pop("tie_word_embeddings", None)  # the transformers name of the same switch
         if tie_weights is not None and hf_tie is not None and bool(hf_tie) != bool(tie_weights):
             raise ValueError(f"tie_weights={tie_weights!r} contradicts tie_word_embeddings={hf_tie!r}; pass one of them")
         self.tie_weights = bool(tie_weights if tie_weights is not None else (hf_tie if hf_tie is not None else True))
-        self.use_post_retrieval_block = use_post_retrieval_block
-        self.ignore_index = ignore_index
-        self.init_std = init_std
-        self.rope_layout = rope_layout
-        self.use_cache = use_cache
         self._validate()
         # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)
-        kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs}
-        super().__init__(tie_word_embeddings=self.tie_weights, **kwargs)
+        super().__post_init__(**{"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **kwargs})
+        self.validate()  # transformers' class validators, as its own __init__ runs them
 
     @property
     def tie_weights(self) -> bool:
@@ -206,9 +195,5 @@ class PGSMConfig(KeepsSavedKeys, PretrainedConfig):
         return cls.from_size("large", vocab_size, block_size, **overrides)
 
 
-_FIELDS = (
-    "vocab_size", "block_size", "dim", "layers", "hidden", "kernel_size", "dropout", "use_sparse_retrieval",
-    "retrieval_dim", "retrieval_heads", "retrieval_dropout", "query_token_id", "auto_retrieve_on_query_token",
-    "retrieve_at_last_token_if_unspecified", "tie_weights", "use_post_retrieval_block", "ignore_index", "init_std",
-    "rope_layout", "use_cache",
-)
+# The seed's keywords (every field, and `tie_weights`), in its order: what `from_size` overrides may name.
+_FIELDS = tuple(name for name in inspect.signature(PGSMConfig.__init__).parameters if name not in ("self", "kwargs"))

@@ -70,14 +70,18 @@ class CustomerEmbeddingConfig(TxnHeadConfig):
     model_type = "slmlab_txn_customer"
     HEAD_FIELDS = ("customer_dim", "customer_tau")
 
-    def __init__(self, customer_dim: int = 128, customer_tau: float = 0.1, **kwargs) -> None:
-        self.customer_dim = int(customer_dim)
-        self.customer_tau = float(customer_tau)
-        super().__init__(**kwargs)
+    customer_dim: int = 128
+    customer_tau: float = 0.1
+
+    def __post_init__(self, **kwargs):
+        given = {name: getattr(self, name) for name in self.HEAD_FIELDS}
+        self.customer_dim = int(self.customer_dim)
+        self.customer_tau = float(self.customer_tau)
+        super().__post_init__(**kwargs)
         if self.customer_dim < 1:
-            raise ValueError(f"customer_dim must be >= 1, got {customer_dim!r}")
+            raise ValueError(f"customer_dim must be >= 1, got {given['customer_dim']!r}")
         if not self.customer_tau > 0:
-            raise ValueError(f"customer_tau must be > 0, got {customer_tau!r}")
+            raise ValueError(f"customer_tau must be > 0, got {given['customer_tau']!r}")
 
 
 class CustomerEmbeddingHead(nn.Module):

@@ -44,9 +44,6 @@ class NextTransactionConfig(TxnHeadConfig):
     model_type = "slmlab_txn_forecast"
     HEAD_FIELDS = ()
 
-    def __init__(self, **kwargs) -> None:  # (an own __init__: transformers wraps configs that lack one)
-        super().__init__(**kwargs)
-
 
 def forecast_targets(ids: torch.Tensor, txn_mask: torch.Tensor, feature_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Targets ``[B, T]`` (feature ``feature_index`` of row ``t+1``; 0 at ``t = T-1``) and validity ``[B, T]``."""

@@ -67,24 +67,38 @@ class TransactionFraudConfig(TxnHeadConfig):
     HEAD_FIELDS = ("fraud_hidden", "fraud_dropout", "pos_weight", "fraud_loss", "focal_gamma", "fraud_head_inputs",
                    "fraud_tabular", "tabular_features", "tabular_center", "tabular_scale")
 
-    def __init__(self, fraud_hidden: int | None = None, fraud_dropout: float = 0.1, pos_weight: float = 1.0,
-                 fraud_loss: str = "bce", focal_gamma: float = 2.0, fraud_head_inputs: str = "state",
-                 fraud_tabular: str = "none", tabular_features: list[str] | None = None,
-                 tabular_center: list[float] | None = None, tabular_scale: list[float] | None = None,
-                 **kwargs) -> None:
-        self.fraud_hidden = fraud_hidden
-        self.fraud_dropout = float(fraud_dropout)
-        self.pos_weight = float(pos_weight)
-        self.fraud_loss = str(fraud_loss)
-        self.focal_gamma = float(focal_gamma)
-        self.fraud_head_inputs = str(fraud_head_inputs)
-        self.fraud_tabular = str(fraud_tabular)
-        self.tabular_features = None if tabular_features is None else [str(n) for n in tabular_features]
-        self.tabular_center = None if tabular_center is None else [float(v) for v in tabular_center]
-        self.tabular_scale = None if tabular_scale is None else [float(v) for v in tabular_scale]
-        super().__init__(**kwargs)
+    fraud_hidden: int | None = None
+    fraud_dropout: float = 0.1
+    pos_weight: float = 1.0
+    fraud_loss: str = "bce"
+    focal_gamma: float = 2.0
+    fraud_head_inputs: str = "state"
+    fraud_tabular: str = "none"
+    tabular_features: list[str] | None = None
+    tabular_center: list[float] | None = None
+    tabular_scale: list[float] | None = None
+
+    def __post_init__(self, **kwargs):
+        given = {name: getattr(self, name) for name in self.HEAD_FIELDS}
+        self.fraud_dropout = float(self.fraud_dropout)
+        self.pos_weight = float(self.pos_weight)
+        self.fraud_loss = str(self.fraud_loss)
+        self.focal_gamma = float(self.focal_gamma)
+        self.fraud_head_inputs = str(self.fraud_head_inputs)
+        self.fraud_tabular = str(self.fraud_tabular)
+        if self.tabular_features is not None:
+            self.tabular_features = [str(n) for n in self.tabular_features]
+        if self.tabular_center is not None:
+            self.tabular_center = [float(v) for v in self.tabular_center]
+        if self.tabular_scale is not None:
+            self.tabular_scale = [float(v) for v in self.tabular_scale]
+        super().__post_init__(**kwargs)
+        self._check(given)
+
+    def _check(self, given: dict) -> None:
+        """The head's checks, on the normalised fields; a message shows the value as ``given``."""
         if self.fraud_tabular not in TABULAR_CHOICES:
-            raise ValueError(f"fraud_tabular must be one of {TABULAR_CHOICES}, got {fraud_tabular!r}")
+            raise ValueError(f"fraud_tabular must be one of {TABULAR_CHOICES}, got {given['fraud_tabular']!r}")
         if self.tabular_features is not None:
             k = len(self.tabular_features)
             if self.fraud_head_inputs != "state":
@@ -92,11 +106,11 @@ class TransactionFraudConfig(TxnHeadConfig):
             if len(self.tabular_center or ()) != k or len(self.tabular_scale or ()) != k:
                 raise ValueError(f"tabular_center and tabular_scale need one value per tabular feature ({k})")
         if self.fraud_loss not in FRAUD_LOSSES:
-            raise ValueError(f"fraud_loss must be 'bce' or 'focal', got {fraud_loss!r}")
+            raise ValueError(f"fraud_loss must be 'bce' or 'focal', got {given['fraud_loss']!r}")
         if not self.focal_gamma >= 0:
-            raise ValueError(f"focal_gamma must be >= 0, got {focal_gamma!r}")
+            raise ValueError(f"focal_gamma must be >= 0, got {given['focal_gamma']!r}")
         if self.fraud_head_inputs not in HEAD_INPUTS:
-            raise ValueError(f"fraud_head_inputs must be one of {HEAD_INPUTS}, got {fraud_head_inputs!r}")
+            raise ValueError(f"fraud_head_inputs must be one of {HEAD_INPUTS}, got {given['fraud_head_inputs']!r}")
 
 
 def pos_weight_from_counts(neg: int, pos: int, cap: float = 30.0) -> float:

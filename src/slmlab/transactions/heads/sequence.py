@@ -50,14 +50,16 @@ class SequenceFraudConfig(TxnHeadConfig):
     model_type = "slmlab_txn_sequence"
     HEAD_FIELDS = ("fraud_hidden", "fraud_dropout", "pos_weight", "sequence_recent_k")
 
-    def __init__(self, fraud_hidden: int | None = None, fraud_dropout: float = 0.1, pos_weight: float = 1.0,
-                 sequence_recent_k: int | None = None, **kwargs) -> None:
-        self.fraud_hidden = fraud_hidden
-        self.fraud_dropout = float(fraud_dropout)
-        self.pos_weight = float(pos_weight)
-        self.sequence_recent_k = sequence_recent_k
-        super().__init__(**kwargs)
-        check_recent_k(sequence_recent_k)
+    fraud_hidden: int | None = None
+    fraud_dropout: float = 0.1
+    pos_weight: float = 1.0
+    sequence_recent_k: int | None = None
+
+    def __post_init__(self, **kwargs):
+        self.fraud_dropout = float(self.fraud_dropout)
+        self.pos_weight = float(self.pos_weight)
+        super().__post_init__(**kwargs)
+        check_recent_k(self.sequence_recent_k)
 
 
 def window_labels(labels: torch.Tensor, txn_mask: torch.Tensor, recent_k: int | None = None) -> torch.Tensor:
