@@ -77,3 +77,21 @@ def test_what_transformers_writes_and_passes_still_loads(name, tmp_path):
         auto_map={"AutoConfig": "configuration_x.XConfig"}, use_cache=False, is_decoder=True)
     for alias, field in cls.attribute_map.items():  # the documented aliases
         assert getattr(cls(**{alias: getattr(cfg, field)}), field) == getattr(cfg, field)
+
+
+@pytest.mark.parametrize("name", ["lumen", "lfm2", "pgsm"])  # NanoHammer and NeoLLM use the transformers names
+def test_transformers_names_build_the_same_config_as_the_family_names(name):
+    """``hidden_size=...`` (the transformers alias) must reach the family's checks and derived values
+    (Lumen's ``head_dim``), not only the stored field: a config built with the aliases equals one built
+    with the family's own names, at a size where the aliased fields differ from their defaults."""
+    from slmlab.models.registry import get_family
+
+    family = get_family(name)
+    cls = family.config_class
+    own = family.fit_budget(60_000)
+    by_alias = {field: alias for alias, field in cls.attribute_map.items()}
+    renamed = {by_alias.get(k, k): v for k, v in own.items()}
+    assert set(renamed) != set(own), "the budget fit must set an aliased field"
+    a, b = cls(**own).to_dict(), cls(**renamed).to_dict()
+    a.pop("transformers_version", None), b.pop("transformers_version", None)
+    assert a == b

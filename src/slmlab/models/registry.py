@@ -184,6 +184,17 @@ def reject_unknown_keys(config: PretrainedConfig, kwargs: Mapping[str, object]) 
     check_config_keys(cls, kwargs, f"{name} config", f"docs/{name}.md")
 
 
+def take_aliases(config: PretrainedConfig, kwargs: dict) -> None:
+    """Move the transformers names among ``kwargs`` (``hidden_size=96`` for Lumen's ``hidden_dim``: the
+    class's ``attribute_map``) onto the family's own fields, so a typed config's ``__post_init__``
+    derives and checks the values it was given, not its defaults (transformers applies the aliases
+    only in its own post-init, after the family's checks). An alias wins over its field, as in
+    transformers. Every family config calls it first in ``__post_init__``."""
+    for alias, name in type(config).attribute_map.items():
+        if alias in kwargs:
+            setattr(config, name, kwargs.pop(alias))
+
+
 class InitOnly(NamedTuple):
     """A keyword a typed config takes but stores under no field of its own name (NeoLLM's and
     NanoHammer's ``rope_scaling``, PGSM's ``tie_weights``, LFM2's ``layer_types``): its ``__post_init__``

@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import KeepsSavedKeys, config_signature, reject_unknown_keys
+from ..registry import KeepsSavedKeys, config_signature, reject_unknown_keys, take_aliases
 
 
 @config_signature()
@@ -61,6 +61,7 @@ class LumenConfig(KeepsSavedKeys, PretrainedConfig):
         """Called by the generated ``__init__`` once the fields are assigned, with the keywords that are not
         fields: derives ``head_dim``, checks the sizes, then runs transformers' post-init and validators. An
         unknown keyword (a typo) raises ``ValueError`` with "did you mean" (:func:`reject_unknown_keys`)."""
+        take_aliases(self, kwargs)
         reject_unknown_keys(self, kwargs)
         self.head_dim = check_head_layout(self.hidden_dim, self.num_heads, self.num_kv_heads, None)
         for name in ("vocab_size", "hidden_dim", "num_layers", "max_seq_len"):

@@ -20,7 +20,7 @@ import logging
 
 from transformers import PretrainedConfig
 
-from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys
+from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys, take_aliases
 
 logger = logging.getLogger(__name__)
 
@@ -205,6 +205,7 @@ class NeoLLMConfig(KeepsSavedKeys, PretrainedConfig):
         not fields: the seed's derived defaults and checks (``_resolve_and_check``), then transformers'
         own post-init with those keywords, then the RoPE scaling. An unknown keyword (a typo) raises
         ``ValueError`` with "did you mean" (:func:`slmlab.models.registry.reject_unknown_keys`)."""
+        take_aliases(self, kwargs)
         reject_unknown_keys(self, kwargs)
         rope_scaling = self._take_rope_keywords(kwargs)
         self._resolve_and_check()
