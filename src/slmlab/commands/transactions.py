@@ -137,8 +137,9 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--keep-negative", type=float, default=1.0, help="--label-fraction fine-tuning: as finetune's")
             p.add_argument("items", nargs="*", help="--label-fraction fine-tuning: run-config overrides (max_steps=200)")
             p.add_argument("--also", metavar="NAME=RUN", action="append", default=[],
-                           help="another fine-tuned run folder to report, e.g. joint=runs/ftj (a name starting with"
-                                " 'joint' is a stacker input and a secondary comparison of criterion 2); repeatable")
+                           help="another fine-tuned run folder to report, e.g. joint=runs/ftj (one fine-tuned with"
+                                " --tabular rolling is a stacker input and a secondary comparison of criterion 2);"
+                                " repeatable")
             p.add_argument("--val-windows", type=_positive_int, default=None, metavar="N",
                            help="--label-fraction fine-tuning: validate on a seeded sample of N windows")
             p.add_argument("--cache", default=None, metavar="DIR",
@@ -161,7 +162,7 @@ def transactions_command(argv: list[str]) -> int:
             "score": _score, "audit": _audit, "demo": _demo}[args.sub](args)
 
 
-PRIMARY_CHOICES = ("stacked", "hgb_rolling_encoder")  # criterion 2's primary (evaluation.evaluate.FUSED)
+PRIMARY_CHOICES = ("stacked", "hgb_rolling_encoder")  # criterion 2's primary (fused kinds: evaluation.kinds)
 DEFAULT_SEEDS = 3  # criterion 4: fine-tunes per arm
 REMOVED_EVALUATE_FLAGS = {
     "--stacking": "the stacker is now always the out-of-fold blend (docs/transactions.md)",
