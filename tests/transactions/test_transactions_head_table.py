@@ -4,6 +4,7 @@ checkpoints from before the heads had their own configs still load."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 
@@ -15,8 +16,9 @@ pytest.importorskip("sklearn")
 
 from slmlab.cli import main  # noqa: E402
 from slmlab.commands.transactions import HeadNames  # noqa: E402
+from slmlab.transactions import heads  # noqa: E402
 from slmlab.transactions.data.windows import WindowOptions  # noqa: E402
-from slmlab.transactions.heads import HEADS, HeadSpec, head_spec  # noqa: E402
+from slmlab.transactions.heads import HEAD_FLAGS, HEADS, HeadFlag, HeadSpec, head_spec  # noqa: E402
 from slmlab.transactions.heads.fraud import TransactionFraudConfig, TransactionFraudModel  # noqa: E402
 from slmlab.transactions.model import LEGACY_HEAD_FIELDS, TransactionEncoder, TxnEncoderConfig, TxnHeadConfig  # noqa: E402
 from test_transactions import random_ids  # noqa: E402
@@ -37,6 +39,41 @@ def test_the_cli_head_choices_are_the_table(capsys):
     assert "invalid choice: 'nope'" in err and all(name in err for name in HEADS)
     with pytest.raises(ValueError, match="unknown head 'nope'; use one of transaction, sequence, forecast, customer"):
         head_spec("nope")
+
+
+def test_a_head_flag_is_an_argparse_option_that_sets_one_config_field():
+    flag = HeadFlag("head_inputs", "fraud_head_inputs", "what the head reads", default="state",
+                    choices=("state", "both"))
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    flag.add_to(parser)
+    assert flag.flag == "--head-inputs"
+    assert parser.parse_args([]).head_inputs == "state"
+    assert parser.parse_args(["--head-inputs", "both"]).head_inputs == "both"
+    with pytest.raises(argparse.ArgumentError, match="invalid choice: 'nope'"):
+        parser.parse_args(["--head-inputs", "nope"])
+    typed = argparse.ArgumentParser()
+    HeadFlag("recent_k", "sequence_recent_k", "K", int).add_to(typed)
+    assert typed.parse_args(["--recent-k", "8"]).recent_k == 8 and typed.parse_args([]).recent_k is None
+
+
+def test_the_finetune_options_are_the_rows_flags(capsys, monkeypatch):
+    assert HEAD_FLAGS == tuple(flag for spec in HEADS.values() for flag in spec.flags)
+    assert len({flag.option for flag in HEAD_FLAGS}) == len(HEAD_FLAGS)  # an option belongs to one head
+    assert HEADS["transaction"].cli_options == {
+        "loss": "fraud_loss", "focal_gamma": "focal_gamma", "head_inputs": "fraud_head_inputs",
+        "head_hidden": "fraud_hidden", "head_dropout": "fraud_dropout", "tabular": "fraud_tabular"}
+    assert HEADS["sequence"].cli_options == {"recent_k": "sequence_recent_k"}
+    # a new row's flag is a finetune option, with nothing else to register
+    toy = HeadFlag("toy_width", "toy_width", "width of the toy head", int, 3)
+    monkeypatch.setattr(heads, "HEAD_FLAGS", (*HEAD_FLAGS, toy))
+    with pytest.raises(SystemExit):
+        main(["transactions", "finetune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag in (*HEAD_FLAGS, toy):
+        assert flag.flag in text and " ".join(flag.help.split()) in text
+    with pytest.raises(SystemExit) as exit_:
+        main(["transactions", "finetune", "--data", "x", "--out", "y", "--toy-width", "wide"])
+    assert exit_.value.code == 2 and "--toy-width: invalid int value: 'wide'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", list(HEADS))

@@ -24,6 +24,15 @@ from slmlab.transactions.evaluation.augmented import (  # noqa: E402
     training_period_rows,
 )
 from slmlab.transactions.evaluation.evaluate import evaluate_models, usefulness_criteria  # noqa: E402
+from slmlab.transactions.evaluation.kinds import (  # noqa: E402
+    BASELINE,
+    FINE_TUNED,
+    JOINT,
+    SEQUENCE,
+    STACKED,
+    fraud_model_kind,
+    kind_of,
+)
 from slmlab.transactions.evaluation.score import (  # noqa: E402
     PrefixEmbedding,
     prefix_mean,
@@ -31,8 +40,13 @@ from slmlab.transactions.evaluation.score import (  # noqa: E402
     score_embed_bank,
     score_states,  # noqa: E402
 )
-from slmlab.transactions.evaluation.stacking import blend, fit_monotone_logistic, stacked_scores  # noqa: E402
-from slmlab.transactions.heads.fraud import TransactionFraudModel  # noqa: E402
+from slmlab.transactions.evaluation.stacking import (  # noqa: E402
+    blend,
+    fit_monotone_logistic,
+    stack_inputs,
+    stacked_scores,
+)
+from slmlab.transactions.heads.fraud import TransactionFraudConfig, TransactionFraudModel  # noqa: E402
 from slmlab.transactions.model import TxnEncoderConfig, preset_schema  # noqa: E402
 from slmlab.transactions.training import finetune  # noqa: E402
 
@@ -413,3 +427,35 @@ def test_stacker_bound_benchmark_at_toy_size(bank, tmp_path):
     assert r["best_input_pr_auc"] == max(pr["hgb_rolling"], pr["sequence"]) and r["n_test_fraud"] > 0
     assert r["margin"] == pytest.approx(pr["stacked"] - r["best_input_pr_auc"] + 0.02)
     assert r["met"], r
+
+
+# -- the report's model kinds: fused, stacker input, recipe -------------------------------------------------
+def test_a_fraud_model_is_fused_by_its_config_not_its_name():
+    plain = TransactionFraudModel(TransactionFraudConfig.from_preset("lfm2_tiny"))
+    joint = TransactionFraudModel(TransactionFraudConfig.from_preset(
+        "lfm2_tiny", fraud_tabular="rolling", tabular_features=["amount_sum_1h"], tabular_center=[0.0],
+        tabular_scale=[1.0]))
+    assert fraud_model_kind(plain) is FINE_TUNED and fraud_model_kind(joint) is JOINT
+    assert JOINT.fused and JOINT.stack_input and JOINT.recipe
+    assert FINE_TUNED.recipe and not FINE_TUNED.fused and not FINE_TUNED.stack_input
+    # the report's own rows by name; a further model by the kind given for it; anything else a baseline
+    assert kind_of("stacked") is STACKED and kind_of("sequence") is SEQUENCE
+    assert kind_of("hgb_rolling_encoder").fused and kind_of("hgb_rolling").stack_input
+    assert kind_of("joint") is BASELINE and kind_of("hgb_raw") is BASELINE
+    assert kind_of("fusion", {"fusion": JOINT}) is JOINT and kind_of("joint", {"joint": FINE_TUNED}) is FINE_TUNED
+
+
+def test_the_stacker_and_criterion_2_read_the_kinds():
+    scores = {name: np.zeros(3) for name in ("hgb_raw", "hgb_rolling", "sequence", "fusion", "joint_plain", "lf_0")}
+    kinds = {"fusion": JOINT, "joint_plain": FINE_TUNED, "lf_0": FINE_TUNED}
+    assert list(stack_inputs(scores, kinds)) == ["hgb_rolling", "sequence", "fusion"]
+    assert list(stack_inputs(scores)) == ["hgb_rolling", "sequence"]
+
+    def row(pr):
+        return {"pr_auc": pr, "recall_at_fpr_0.1pct": 0.5}
+
+    models = {"hgb_rolling": row(0.5), "stacked": row(0.5), "fusion": row(0.6), "joint_plain": row(0.7)}
+    boot = {f"{name} - hgb_rolling": {"pr_auc": [0.05, 0.15], "recall_at_fpr_0.1pct": [0.0, 0.1]}
+            for name in ("stacked", "fusion", "joint_plain")}
+    got = usefulness_criteria({"models": models, "bootstrap": boot, "primary": "stacked - hgb_rolling"}, kinds)
+    assert [(c["criterion"], c["counted"]) for c in got] == [("2 useful", True), ("2 useful, secondary (fusion)", False)]

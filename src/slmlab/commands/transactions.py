@@ -35,6 +35,29 @@ class HeadNames:
         return iter(self._names())
 
 
+class _Subcommand(argparse.ArgumentParser):
+    """A subcommand's parser with options added when that subcommand is parsed (``deferred``: callables
+    taking the parser), so that options read from the head table import torch only then, never while
+    the parser is built."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.deferred: list = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        while self.deferred:
+            self.deferred.pop(0)(self)
+        return super().parse_known_args(args, namespace)
+
+
+def _add_head_flags(parser: argparse.ArgumentParser) -> None:
+    """``finetune``'s head options: every head's :class:`~slmlab.transactions.heads.HeadFlag` rows."""
+    from ..transactions.heads import HEAD_FLAGS
+
+    for flag in HEAD_FLAGS:
+        flag.add_to(parser)
+
+
 def transactions_command(argv: list[str]) -> int:
     """Transaction encoder: generate | pretrain | finetune | evaluate | score | audit | demo.
 
@@ -50,7 +73,8 @@ def transactions_command(argv: list[str]) -> int:
     """
 
     parser = command_parser(transactions_command, "transactions")
-    sub = parser.add_subparsers(dest="sub", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    sub = parser.add_subparsers(dest="sub", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}",
+                                parser_class=_Subcommand)
     g = sub.add_parser("generate", help="write a synthetic bank")
     g.add_argument("--preset", default="tiny", help="tiny | small | default | large (configs/synth.yaml)")
     g.add_argument("--seed", type=int, default=None)
@@ -86,23 +110,12 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--keep-negative", type=float, default=1.0, help="share of fraud-free windows kept")
             p.add_argument("--fraud-share", type=float, default=0.0,
                            help="repeat fraud windows to about this share of training windows (e.g. 0.5)")
-            p.add_argument("--loss", default="bce", choices=("bce", "focal"), help="fraud loss (default bce)")
-            p.add_argument("--focal-gamma", type=float, default=2.0, help="focusing exponent of --loss focal")
-            p.add_argument("--head-inputs", default="state", choices=("state", "surprisal", "both"),
-                           help="fraud head inputs: the state, the pretrained heads' per-field surprisal, or both")
-            p.add_argument("--head-hidden", type=int, default=None,
-                           help="fraud head MLP width (0: logistic; default D/2 for state, 16 otherwise)")
-            p.add_argument("--head-dropout", type=float, default=0.1, help="dropout of the fraud head MLP (default 0.1)")
-            p.add_argument("--tabular", default="none", choices=("none", "rolling"),
-                           help="joint fusion: the fraud head also reads each transaction's rolling features"
-                                " (the HGB-rolling baseline's, from earlier rows only), trained end to end")
             p.add_argument("--label-fraction", type=float, default=1.0,
                            help="keep the labels of this seeded random share of training customers (e.g. 0.1)")
             p.add_argument("--head", default="transaction", choices=HeadNames(), metavar="HEAD",
                            help="the head to fine-tune, one of %(choices)s (slmlab.transactions.heads.HEADS): "
                                 "transaction fraud (default), window fraud, next-transaction forecast, customer embedding")
-            p.add_argument("--recent-k", type=int, default=None,
-                           help="--head sequence: label a window by fraud among its K newest transactions")
+            p.deferred.append(_add_head_flags)  # each head's own options, from the head table
         if name in ("evaluate", "score"):
             p.add_argument("--model", default=None, help="fine-tuned run folder (evaluate: omit for baselines only)")
             p.add_argument("--out", required=True, help="report folder (evaluate) or CSV file (score)")
@@ -124,8 +137,9 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--keep-negative", type=float, default=1.0, help="--label-fraction fine-tuning: as finetune's")
             p.add_argument("items", nargs="*", help="--label-fraction fine-tuning: run-config overrides (max_steps=200)")
             p.add_argument("--also", metavar="NAME=RUN", action="append", default=[],
-                           help="another fine-tuned run folder to report, e.g. joint=runs/ftj (a name starting with"
-                                " 'joint' is a stacker input and a secondary comparison of criterion 2); repeatable")
+                           help="another fine-tuned run folder to report, e.g. joint=runs/ftj (one fine-tuned with"
+                                " --tabular rolling is a stacker input and a secondary comparison of criterion 2);"
+                                " repeatable")
             p.add_argument("--val-windows", type=_positive_int, default=None, metavar="N",
                            help="--label-fraction fine-tuning: validate on a seeded sample of N windows")
             p.add_argument("--cache", default=None, metavar="DIR",
@@ -148,7 +162,7 @@ def transactions_command(argv: list[str]) -> int:
             "score": _score, "audit": _audit, "demo": _demo}[args.sub](args)
 
 
-PRIMARY_CHOICES = ("stacked", "hgb_rolling_encoder")  # criterion 2's primary (evaluation.evaluate.FUSED)
+PRIMARY_CHOICES = ("stacked", "hgb_rolling_encoder")  # criterion 2's primary (fused kinds: evaluation.kinds)
 DEFAULT_SEEDS = 3  # criterion 4: fine-tunes per arm
 REMOVED_EVALUATE_FLAGS = {
     "--stacking": "the stacker is now always the out-of-fold blend (docs/transactions.md)",
@@ -241,10 +255,11 @@ def _pretrain(args) -> int:
 
 def _finetune(args) -> int:
     from ..transactions import pipeline
+    from ..transactions.heads import HEAD_FLAGS
 
     files, overrides = split_items(args.items)
-    options = {k: getattr(args, k) for k in ("keep_negative", "fraud_share", "label_fraction", "loss", "focal_gamma",
-                                             "head_inputs", "head_hidden", "head_dropout", "tabular", "recent_k")}
+    names = ("keep_negative", "fraud_share", "label_fraction", *(flag.option for flag in HEAD_FLAGS))
+    options = {name: getattr(args, name) for name in names}
     trainer = pipeline.finetune(args.data, args.out, args.encoder, args.preset, files, overrides, head=args.head,
                                 linear_probe=args.linear_probe, resume=args.resume,
                                 allow_change=tuple(args.allow_change), val_windows=args.val_windows,

@@ -20,8 +20,10 @@ from .._deps import pd
 
 SYNTH_YAML = Path(__file__).parents[1] / "configs" / "synth.yaml"
 PATTERNS = ("card_testing", "account_takeover", "counterfeit_after_compromise", "lost_stolen")
+# the mean number of fraudulent transactions of a case: a pattern's case rate is its fraud share / this
 CASE_SIZE = {"card_testing": 12.0, "account_takeover": 4.0, "counterfeit_after_compromise": 5.0, "lost_stolen": 8.0}
 
+# -- merchant categories: one row each ---------------------------------------------------------------
 # mcc, kind, base weight, median $, log-sigma, online share, hour peaks, recurring
 MCC_TABLE = [
     (5411, "grocery", 10, 45, .6, .05, (10, 18), False), (5812, "restaurant", 6, 28, .5, 0, (12, 19), False),
@@ -39,14 +41,31 @@ MCC_TABLE = [
     (6011, "ATM cash", 1, 100, .6, 0, (12,), False), (4829, "money transfer", .2, 200, .9, .8, (12,), False),
     (6540, "stored value", .2, 50, .5, .7, (13,), False), (8398, "charity", .1, 25, .8, .9, (20,), False),
 ]
-MCC = np.array([r[0] for r in MCC_TABLE])
-MCC_W = np.array([r[2] for r in MCC_TABLE], float)
-MCC_MED = np.array([r[3] for r in MCC_TABLE], float)
-MCC_SIG = np.array([r[4] for r in MCC_TABLE], float)
-MCC_ONLINE = np.array([r[5] for r in MCC_TABLE], float)
-MCC_RECUR = np.array([r[7] for r in MCC_TABLE])
-MI = {m: i for i, m in enumerate(MCC)}
+MCC = np.array([row[0] for row in MCC_TABLE])  # the codes; the generator works with their rows (indices)
+MCC_WEIGHT = np.array([row[2] for row in MCC_TABLE], float)
+MCC_MEDIAN = np.array([row[3] for row in MCC_TABLE], float)
+MCC_SIGMA = np.array([row[4] for row in MCC_TABLE], float)
+MCC_ONLINE = np.array([row[5] for row in MCC_TABLE], float)
+MCC_RECURRING = np.array([row[7] for row in MCC_TABLE])  # bought by monthly subscription only
+MCC_INDEX = {code: index for index, code in enumerate(MCC)}  # code -> row
+MI = MCC_INDEX  # the demo's name for it
+FUEL, ATM, MONEY_TRANSFER = MCC_INDEX[5541], MCC_INDEX[6011], MCC_INDEX[4829]
 
+
+def _hour_weights() -> np.ndarray:
+    """``[n_mcc, 24]``: per MCC, a Gaussian bump (sigma 2 h, wrapping at midnight) at each of its peak hours."""
+    hours = np.arange(24)
+    weights = np.zeros((len(MCC), 24))
+    for index, row in enumerate(MCC_TABLE):
+        for peak in row[6]:
+            distance = np.minimum(np.abs(hours - peak), 24 - np.abs(hours - peak))
+            weights[index] += np.exp(-0.5 * (distance / 2.0) ** 2)
+    return weights
+
+
+HOUR_WEIGHT = _hour_weights()
+
+# -- customers and places ------------------------------------------------------------------------------
 # name: txns/day, amount x, online x, night propensity, trips/year, MCC boosts
 ARCHETYPES = {
     "student": (1.6, 0.6, 1.5, .3, 1, {5814: 2, 5815: 2, 5818: 2}),
@@ -57,18 +76,37 @@ ARCHETYPES = {
     "night_shift": (2.0, .9, 1.0, .6, 1, {}),
     "affluent": (2.2, 2.5, 1.1, .1, 5, {5944: 3, 5691: 1.5}),
 }
-ARCH_NAMES = list(ARCHETYPES)
-WEEKDAY_FACTOR = np.array([1, 1, 1, 1, 1.15, 1.3, 0.9])
-FOREIGN = [("CA", "CAD", 50, -100), ("MX", "MXN", 23, -102), ("GB", "GBP", 53, -1), ("FR", "EUR", 46, 2),
-           ("DE", "EUR", 51, 10), ("ES", "EUR", 40, -4), ("IT", "EUR", 42, 12), ("NL", "EUR", 52, 5),
-           ("JP", "JPY", 36, 138), ("CN", "CNY", 35, 105), ("IN", "INR", 21, 78), ("BR", "BRL", -10, -52),
-           ("AU", "AUD", -25, 134), ("ZA", "ZAR", -30, 25), ("TH", "THB", 15, 101), ("AE", "AED", 24, 54),
-           ("TR", "TRY", 39, 35), ("RU", "RUB", 56, 38), ("NG", "NGN", 9, 8), ("KR", "KRW", 36, 128),
-           ("SG", "SGD", 1, 104)]
+ARCHETYPE_NAMES = list(ARCHETYPES)
+WEEKDAY_FACTOR = np.array([1, 1, 1, 1, 1.15, 1.3, 0.9])  # Monday .. Sunday
+NIGHT_HOURS = np.r_[np.ones(6), np.zeros(16), np.ones(2)]  # 22:00 - 05:59
+# iso, currency, latitude, longitude of each foreign country (three cities around that point)
+FOREIGN_COUNTRIES = [
+    ("CA", "CAD", 50, -100), ("MX", "MXN", 23, -102), ("GB", "GBP", 53, -1), ("FR", "EUR", 46, 2),
+    ("DE", "EUR", 51, 10), ("ES", "EUR", 40, -4), ("IT", "EUR", 42, 12), ("NL", "EUR", 52, 5),
+    ("JP", "JPY", 36, 138), ("CN", "CNY", 35, 105), ("IN", "INR", 21, 78), ("BR", "BRL", -10, -52),
+    ("AU", "AUD", -25, 134), ("ZA", "ZAR", -30, 25), ("TH", "THB", 15, 101), ("AE", "AED", 24, 54),
+    ("TR", "TRY", 39, 35), ("RU", "RUB", 56, 38), ("NG", "NGN", 9, 8), ("KR", "KRW", 36, 128),
+    ("SG", "SGD", 1, 104)]
+KM_PER_DEG = 111.0
+
+# the MCCs each fraud pattern buys in (prefixes as BehaviourConfig's: ct_, ato_, cf_, ls_)
 CT_MCCS, ATO_MCCS = (5818, 8398, 5968, 5814, 5999, 5815), (5732, 6540, 5944, 4829)
+CT_CASHOUT_MCCS = (5732, 6540, 5944)  # card testing's cash-out purchases
 CF_MCCS, LS_MCCS = (6011, 5411, 5311, 5541, 5812), (5411, 5921, 5541, 5814, 5999)
 REFUND_MCCS = (5311, 5691, 5732, 5999, 5944, 5411)
-KM_PER_DEG = 111.0
+# device ids: a customer's own devices count from 0; fraud devices from these offsets
+TAKEOVER_DEVICE, CAMPAIGN_DEVICE = 10_000, 20_000  # + the customer's case number, + the campaign number
+
+# -- transaction codes: a block stores each categorical column as an index into its tuple ------------
+TXN_TYPES = ("purchase", "refund", "cash_withdrawal", "card_verification", "transfer")
+ENTRY = ("chip", "contactless", "swipe", "manual_key", "ecommerce", "recurring")
+AUTH = ("pin", "signature", "no_cvm", "3ds_frictionless", "3ds_challenge", "none")
+RESP = ("approved", "insufficient_funds", "bad_pin", "bad_cvv", "bad_expiry", "do_not_honor", "invalid_card",
+        "technical_error")
+PURCHASE, REFUND, CASH_WITHDRAWAL, VERIFICATION, TRANSFER = range(len(TXN_TYPES))
+CHIP, CONTACTLESS, SWIPE, MANUAL_KEY, ECOMMERCE, RECURRING = range(len(ENTRY))
+PIN, SIGNATURE, NO_CVM, THREE_DS_FRICTIONLESS, THREE_DS_CHALLENGE, NO_AUTH = range(len(AUTH))
+APPROVED, INSUFFICIENT_FUNDS, BAD_PIN, BAD_CVV, BAD_EXPIRY, DO_NOT_HONOR, INVALID_CARD, TECHNICAL_ERROR = range(len(RESP))
 
 
 @dataclass(frozen=True)
@@ -174,17 +212,18 @@ class BehaviourConfig:
     @classmethod
     def from_dict(cls, values: dict) -> BehaviourConfig:
         """From a mapping (YAML, a manifest): lists become tuples; an unknown key raises ``TypeError``."""
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
 
     def validate(self) -> BehaviourConfig:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name.endswith(("_share", "_rate", "_cap", "device_churn")) and not 0.0 <= v <= 1.0:
-                raise ValueError(f"behaviour.{f.name} is a probability in [0, 1], got {v!r}")
-            if f.name.endswith("_mix") and (min(v) < 0 or abs(sum(v) - 1) > 1e-6):
-                raise ValueError(f"behaviour.{f.name} must be probabilities summing to 1, got {v!r}")
-            if isinstance(v, tuple) and not f.name.endswith("_mix") and not v[0] <= v[1]:
-                raise ValueError(f"behaviour.{f.name} must be a range (lo, hi) with lo <= hi, got {v!r}")
+        """Raise ``ValueError`` naming the field when a probability, mix or range is out of bounds."""
+        for name in (spec.name for spec in fields(self)):
+            value = getattr(self, name)
+            if name.endswith(("_share", "_rate", "_cap", "device_churn")) and not 0.0 <= value <= 1.0:
+                raise ValueError(f"behaviour.{name} is a probability in [0, 1], got {value!r}")
+            if name.endswith("_mix") and (min(value) < 0 or abs(sum(value) - 1) > 1e-6):
+                raise ValueError(f"behaviour.{name} must be probabilities summing to 1, got {value!r}")
+            if isinstance(value, tuple) and not name.endswith("_mix") and not value[0] <= value[1]:
+                raise ValueError(f"behaviour.{name} must be a range (lo, hi) with lo <= hi, got {value!r}")
         return self
 
 
@@ -235,8 +274,8 @@ class SynthConfig:
         for key in ("n_customers", "n_days", "n_physical_merchants", "n_online_merchants", "n_home_cities"):
             if int(getattr(self, key)) <= 0:
                 raise ValueError(f"{key} must be a positive integer, got {getattr(self, key)!r}")
-        if not 0 < self.n_foreign_countries <= len(FOREIGN):
-            raise ValueError(f"n_foreign_countries must be in [1, {len(FOREIGN)}], got {self.n_foreign_countries}")
+        if not 0 < self.n_foreign_countries <= len(FOREIGN_COUNTRIES):
+            raise ValueError(f"n_foreign_countries must be in [1, {len(FOREIGN_COUNTRIES)}], got {self.n_foreign_countries}")
         if not 0.001 <= self.target_fraud_rate <= 0.01:
             raise ValueError(f"target_fraud_rate must be in [0.001, 0.01], got {self.target_fraud_rate}")
         if set(self.pattern_mix) - set(PATTERNS) or abs(sum(self.pattern_mix.values()) - 1) > 1e-6:
@@ -249,6 +288,8 @@ class SynthConfig:
 
 @dataclass
 class SynthData:
+    """A generated bank: its four tables, as :func:`~slmlab.transactions.data.bank.export` writes them."""
+
     transactions: pd.DataFrame
     customers: pd.DataFrame
     merchants: pd.DataFrame
@@ -258,121 +299,122 @@ class SynthData:
 # -- world and merchants --------------------------------------------------------------------------
 @dataclass
 class World:
+    """The bank's cities and merchants. Cities: the home cities first, then three per foreign country;
+    merchants: the physical ones first, then the online ones. An MCC here is a row of :data:`MCC_TABLE`."""
+
     city_lat: np.ndarray
     city_lon: np.ndarray
     city_country: np.ndarray  # "US" or ISO code
     city_currency: np.ndarray
-    city_tz: np.ndarray  # minutes
-    city_pop: np.ndarray  # home cities only (foreign: 0)
-    n_home: int
-    m_mcc: np.ndarray  # merchant -> mcc index
-    m_city: np.ndarray  # -1 for online
-    m_lat: np.ndarray
-    m_lon: np.ndarray
-    m_online: np.ndarray
-    m_legacy: np.ndarray
-    m_price: np.ndarray
-    m_country: np.ndarray
-    m_currency: np.ndarray
-    phys: dict  # (city, mcc idx) -> merchant indices
-    phys_mcc: dict  # mcc idx -> physical merchant indices
-    online: dict  # mcc idx -> home-country online merchants
-    online_foreign: np.ndarray
-    hour_base: np.ndarray  # [n_mcc, 24]
-    compromised: np.ndarray  # [n, 3]: merchant, start day, end day
-    any_physical: np.ndarray
+    city_tz: np.ndarray  # UTC offset, minutes
+    city_population: np.ndarray  # share of the customers living there (foreign cities: 0)
+    n_home_cities: int
+    merchant_mcc: np.ndarray
+    merchant_city: np.ndarray  # -1 for online
+    merchant_lat: np.ndarray  # NaN for online
+    merchant_lon: np.ndarray
+    merchant_online: np.ndarray
+    merchant_legacy: np.ndarray  # a terminal that only swipes
+    merchant_price: np.ndarray  # price level, a factor on the MCC's median amount
+    merchant_country: np.ndarray
+    merchant_currency: np.ndarray
+    physical_at: dict  # (city, mcc) -> physical merchants
+    physical_by_mcc: dict  # mcc -> physical merchants
+    online: dict  # mcc -> home-country online merchants
+    online_foreign: np.ndarray  # online merchants based abroad
+    compromised: np.ndarray  # [n, 3]: merchant, first day, end day (exclusive) of its skimming
+    physical: np.ndarray  # every physical merchant
 
 
 def build_world(cfg: SynthConfig, rng_world: np.random.Generator, rng_merch: np.random.Generator) -> World:
-    bh = cfg.behaviour
-    nh = cfg.n_home_cities
-    foreign = FOREIGN[: cfg.n_foreign_countries]
-    lat = list(rng_world.uniform(30, 47, nh))
-    lon = list(rng_world.uniform(-122, -72, nh))
-    country, cur = ["US"] * nh, ["USD"] * nh
-    for iso, c, la, lo in foreign:
+    """The cities (drawn from ``rng_world``) and the merchants (from ``rng_merch``) of ``cfg``."""
+    behaviour = cfg.behaviour
+    n_home = cfg.n_home_cities
+    # cities: home cities scattered over the US, then three around each foreign country's point
+    lat = list(rng_world.uniform(30, 47, n_home))
+    lon = list(rng_world.uniform(-122, -72, n_home))
+    country, currency = ["US"] * n_home, ["USD"] * n_home
+    for iso, country_currency, country_lat, country_lon in FOREIGN_COUNTRIES[: cfg.n_foreign_countries]:
         for _ in range(3):
-            lat.append(la + rng_world.uniform(-3, 3))
-            lon.append(lo + rng_world.uniform(-3, 3))
+            lat.append(country_lat + rng_world.uniform(-3, 3))
+            lon.append(country_lon + rng_world.uniform(-3, 3))
             country.append(iso)
-            cur.append(c)
+            currency.append(country_currency)
     lat, lon = np.array(lat), np.array(lon)
+    n_cities = len(lat)
     tz = (np.round(lon / 15) * 60).astype(np.int64)
-    pop = np.zeros(len(lat))
-    pop[:nh] = 1.0 / np.arange(1, nh + 1)
-    pop /= pop.sum()
-    n_city = len(lat)
-    # physical merchants
-    n_p, n_o = cfg.n_physical_merchants, cfg.n_online_merchants
-    w_phys = MCC_W * (1 - MCC_ONLINE) * ~MCC_RECUR
-    mcc_p = rng_merch.choice(len(MCC), n_p, p=w_phys / w_phys.sum())
-    home_city = rng_merch.choice(nh, n_p, p=pop[:nh])
-    abroad = rng_merch.random(n_p) < bh.merchant_abroad_share
-    city_p = np.where(abroad, rng_merch.integers(nh, n_city, n_p), home_city)
-    lat_p = lat[city_p] + rng_merch.normal(0, 15 / KM_PER_DEG, n_p)
-    lon_p = lon[city_p] + rng_merch.normal(0, 15 / KM_PER_DEG, n_p) / np.cos(np.radians(lat[city_p]))
-    w_onl = MCC_W * MCC_ONLINE
-    mcc_o = rng_merch.choice(len(MCC), n_o, p=w_onl / w_onl.sum())
-    foreign_o = rng_merch.random(n_o) < bh.online_foreign_share
-    city_o_country = np.where(foreign_o, rng_merch.integers(nh, n_city, n_o), 0)
-    m_mcc = np.concatenate([mcc_p, mcc_o])
-    m_city = np.concatenate([city_p, np.full(n_o, -1)])
-    m_country = np.array(country)[np.concatenate([city_p, city_o_country])]
-    m_currency = np.array(cur)[np.concatenate([city_p, city_o_country])]
-    m_online = np.concatenate([np.zeros(n_p, bool), np.ones(n_o, bool)])
-    m_legacy = np.concatenate([rng_merch.random(n_p) < bh.legacy_terminal_share, np.zeros(n_o, bool)])
-    m_price = rng_merch.lognormal(0, bh.merchant_price_sigma, n_p + n_o)
-    phys: dict = {}
-    for i, (c, m) in enumerate(zip(city_p, mcc_p)):
-        phys.setdefault((int(c), int(m)), []).append(i)
-    phys = {k: np.array(v) for k, v in phys.items()}
-    phys_mcc = {m: np.flatnonzero(mcc_p == m) for m in range(len(MCC))}
-    online = {m: n_p + np.flatnonzero((mcc_o == m) & ~foreign_o) for m in range(len(MCC))}
-    online_foreign = n_p + np.flatnonzero(foreign_o)
-    hours = np.arange(24)
-    hour_base = np.zeros((len(MCC), 24))
-    for k, row in enumerate(MCC_TABLE):
-        for peak in row[6]:
-            d = np.minimum(np.abs(hours - peak), 24 - np.abs(hours - peak))
-            hour_base[k] += np.exp(-0.5 * (d / 2.0) ** 2)
-    # compromised fuel/ATM merchants, each for a window of behaviour.compromise_days
-    cand = np.flatnonzero(np.isin(mcc_p, [MI[5541], MI[6011]]) & (city_p < nh))
-    n_comp = max(2, n_p // 1500) * max(1, cfg.n_days // 30)
-    chosen = rng_merch.choice(cand, min(n_comp, len(cand)), replace=False) if len(cand) else np.zeros(0, int)
-    starts = rng_merch.integers(0, max(1, cfg.n_days - (bh.compromise_days[1] - 1)), len(chosen))
-    compromised = np.stack([chosen, starts, starts + rng_merch.integers(*bh.compromise_days, len(chosen))], 1)
-    return World(lat, lon, np.array(country), np.array(cur), tz, pop, nh, m_mcc, m_city,
-                 np.concatenate([lat_p, np.full(n_o, np.nan)]), np.concatenate([lon_p, np.full(n_o, np.nan)]),
-                 m_online, m_legacy, m_price, m_country, m_currency, phys, phys_mcc, online, online_foreign,
-                 hour_base, compromised, np.arange(n_p))
+    population = np.zeros(n_cities)
+    population[:n_home] = 1.0 / np.arange(1, n_home + 1)  # Zipf over the home cities
+    population /= population.sum()
+    # physical merchants: an in-store MCC, in a home city by population (some abroad), ~15 km from its centre
+    n_physical, n_online = cfg.n_physical_merchants, cfg.n_online_merchants
+    in_store = MCC_WEIGHT * (1 - MCC_ONLINE) * ~MCC_RECURRING
+    physical_mcc = rng_merch.choice(len(MCC), n_physical, p=in_store / in_store.sum())
+    home_city = rng_merch.choice(n_home, n_physical, p=population[:n_home])
+    abroad = rng_merch.random(n_physical) < behaviour.merchant_abroad_share
+    physical_city = np.where(abroad, rng_merch.integers(n_home, n_cities, n_physical), home_city)
+    physical_lat = lat[physical_city] + rng_merch.normal(0, 15 / KM_PER_DEG, n_physical)
+    physical_lon = (lon[physical_city]
+                    + rng_merch.normal(0, 15 / KM_PER_DEG, n_physical) / np.cos(np.radians(lat[physical_city])))
+    # online merchants: an online MCC; some are based abroad (their country and currency)
+    online_weight = MCC_WEIGHT * MCC_ONLINE
+    online_mcc = rng_merch.choice(len(MCC), n_online, p=online_weight / online_weight.sum())
+    online_abroad = rng_merch.random(n_online) < behaviour.online_foreign_share
+    online_base = np.where(online_abroad, rng_merch.integers(n_home, n_cities, n_online), 0)
+    based_in = np.concatenate([physical_city, online_base])
+    legacy = np.concatenate([rng_merch.random(n_physical) < behaviour.legacy_terminal_share, np.zeros(n_online, bool)])
+    price = rng_merch.lognormal(0, behaviour.merchant_price_sigma, n_physical + n_online)
+    # where a customer finds a merchant: physical by (city, MCC) and by MCC, online by MCC
+    physical_at: dict = {}
+    for merchant, (city, mcc) in enumerate(zip(physical_city, physical_mcc)):
+        physical_at.setdefault((int(city), int(mcc)), []).append(merchant)
+    physical_at = {key: np.array(merchants) for key, merchants in physical_at.items()}
+    physical_by_mcc = {mcc: np.flatnonzero(physical_mcc == mcc) for mcc in range(len(MCC))}
+    online = {mcc: n_physical + np.flatnonzero((online_mcc == mcc) & ~online_abroad) for mcc in range(len(MCC))}
+    # compromised fuel/ATM terminals in home cities, each skimming for behaviour.compromise_days
+    candidates = np.flatnonzero(np.isin(physical_mcc, [FUEL, ATM]) & (physical_city < n_home))
+    n_compromised = max(2, n_physical // 1500) * max(1, cfg.n_days // 30)
+    chosen = (rng_merch.choice(candidates, min(n_compromised, len(candidates)), replace=False) if len(candidates)
+              else np.zeros(0, int))
+    first_day = rng_merch.integers(0, max(1, cfg.n_days - (behaviour.compromise_days[1] - 1)), len(chosen))
+    compromised = np.stack([chosen, first_day, first_day + rng_merch.integers(*behaviour.compromise_days, len(chosen))],
+                           1)
+    return World(
+        city_lat=lat, city_lon=lon, city_country=np.array(country), city_currency=np.array(currency), city_tz=tz,
+        city_population=population, n_home_cities=n_home, merchant_mcc=np.concatenate([physical_mcc, online_mcc]),
+        merchant_city=np.concatenate([physical_city, np.full(n_online, -1)]),
+        merchant_lat=np.concatenate([physical_lat, np.full(n_online, np.nan)]),
+        merchant_lon=np.concatenate([physical_lon, np.full(n_online, np.nan)]),
+        merchant_online=np.concatenate([np.zeros(n_physical, bool), np.ones(n_online, bool)]),
+        merchant_legacy=legacy, merchant_price=price, merchant_country=np.array(country)[based_in],
+        merchant_currency=np.array(currency)[based_in], physical_at=physical_at, physical_by_mcc=physical_by_mcc,
+        online=online, online_foreign=n_physical + np.flatnonzero(online_abroad), compromised=compromised,
+        physical=np.arange(n_physical))
 
 
-# -- one customer's history ------------------------------------------------------------------------
+# -- transaction blocks: one array per column (COLS), the codes of TXN_TYPES, ENTRY, AUTH, RESP -----------
 COLS = ("t", "merchant", "amount", "txn_type", "entry", "auth", "device", "response", "fraud", "case", "card", "tz")
-TXN_TYPES = ("purchase", "refund", "cash_withdrawal", "card_verification", "transfer")
-ENTRY = ("chip", "contactless", "swipe", "manual_key", "ecommerce", "recurring")
-AUTH = ("pin", "signature", "no_cvm", "3ds_frictionless", "3ds_challenge", "none")
-RESP = ("approved", "insufficient_funds", "bad_pin", "bad_cvv", "bad_expiry", "do_not_honor", "invalid_card",
-        "technical_error")
 
 
 def txn_block(n: int, **cols) -> dict:
     """``n`` transactions as generator columns (:data:`COLS`), ``cols`` broadcast over them."""
-    out = {c: np.zeros(n, np.int64) for c in COLS}
+    out = {column: np.zeros(n, np.int64) for column in COLS}
     out["amount"] = np.zeros(n, float)
     out["device"] = np.full(n, -1, np.int64)
     out["case"] = np.full(n, -1, np.int64)
-    for k, v in cols.items():
-        out[k] = np.broadcast_to(np.asarray(v, dtype=out[k].dtype), n).copy()
+    for column, value in cols.items():
+        out[column] = np.broadcast_to(np.asarray(value, dtype=out[column].dtype), n).copy()
     return out
 
 
 def _concat(blocks: list[dict]) -> dict:
-    return {c: np.concatenate([b[c] for b in blocks]) for c in COLS}
+    """One block of the rows of ``blocks``, in order."""
+    return {column: np.concatenate([block[column] for block in blocks]) for column in COLS}
 
 
-def _pick(rng, pool: np.ndarray, n: int) -> np.ndarray:
-    return pool[rng.integers(0, len(pool), n)]
+def _pick(rng, pool: np.ndarray, count: int) -> np.ndarray:
+    """``count`` draws from ``pool``, with replacement."""
+    return pool[rng.integers(0, len(pool), count)]
 
 
 def day_factors(behaviour: BehaviourConfig, start_weekday: int, start_dom: np.ndarray) -> np.ndarray:
@@ -384,145 +426,198 @@ def day_factors(behaviour: BehaviourConfig, start_weekday: int, start_dom: np.nd
     return WEEKDAY_FACTOR[(start_weekday + days) % 7] * payday
 
 
+# -- one customer's legitimate history ---------------------------------------------------------------
 class _Customer:
-    """Profile + generator of one customer (all draws from its own stream)."""
+    """One customer: the profile drawn at construction, then :meth:`legitimate`, its legitimate
+    history; every draw comes from the customer's own stream ``rng``, in a fixed order."""
 
     def __init__(self, idx: int, cfg: SynthConfig, world: World, rng: np.random.Generator) -> None:
-        self.idx, self.cfg, self.w, self.rng = idx, cfg, world, rng
-        self.arch = ARCH_NAMES[rng.integers(len(ARCH_NAMES))]
-        rate, amt, onl, night, trips, boosts = ARCHETYPES[self.arch]
-        self.home = int(rng.choice(world.n_home, p=world.city_pop[: world.n_home]))
+        self.idx, self.cfg, self.world, self.rng = idx, cfg, world, rng
+        behaviour = cfg.behaviour
+        # profile: an archetype, a home (by population), personal rate and amount multipliers
+        self.archetype = ARCHETYPE_NAMES[rng.integers(len(ARCHETYPE_NAMES))]
+        rate, amount_factor, self.online_factor, self.night, self.trips, boosts = ARCHETYPES[self.archetype]
+        self.home = int(rng.choice(world.n_home_cities, p=world.city_population[: world.n_home_cities]))
         self.home_lat = world.city_lat[self.home] + rng.normal(0, 5 / KM_PER_DEG)
         self.home_lon = world.city_lon[self.home] + rng.normal(0, 5 / KM_PER_DEG)
-        bh = cfg.behaviour
-        self.rate = rate * rng.gamma(bh.rate_shape, 1 / bh.rate_shape)
-        self.amount_mult = amt * rng.lognormal(0, bh.amount_mult_sigma)
-        self.online_factor, self.night, self.trips = onl, night, trips
-        base = MCC_W * ~MCC_RECUR
-        for m, b in boosts.items():
-            base[MI[m]] *= b
-        self.mcc_w = rng.dirichlet(bh.mcc_concentration * base / base.sum() + 1e-9 * ~MCC_RECUR) * ~MCC_RECUR
-        self.mcc_w /= self.mcc_w.sum()
-        self.n_devices = int(rng.integers(*bh.devices))
+        self.rate = rate * rng.gamma(behaviour.rate_shape, 1 / behaviour.rate_shape)
+        self.amount_mult = amount_factor * rng.lognormal(0, behaviour.amount_mult_sigma)
+        # the MCC mix: the archetype's boosted weights, Dirichlet-scattered (recurring MCCs only by subscription)
+        base = MCC_WEIGHT * ~MCC_RECURRING
+        for code, boost in boosts.items():
+            base[MCC_INDEX[code]] *= boost
+        self.mcc_weights = (rng.dirichlet(behaviour.mcc_concentration * base / base.sum() + 1e-9 * ~MCC_RECURRING)
+                            * ~MCC_RECURRING)
+        self.mcc_weights /= self.mcc_weights.sum()
+        self.n_devices = int(rng.integers(*behaviour.devices))
         self.income_band = ["low", "mid", "high"][min(2, int(self.amount_mult > 1) + int(self.amount_mult > 2))]
 
-    # legit behaviour
-    def legit(self, start_weekday: int, start_dom: np.ndarray) -> dict:
-        cfg, w, rng = self.cfg, self.w, self.rng
-        bh = cfg.behaviour
-        nd = cfg.n_days
-        days = np.arange(nd)
-        factor = day_factors(bh, start_weekday, start_dom)
+    def legitimate(self, start_weekday: int, start_dom: np.ndarray) -> dict:
+        """The legitimate transactions of the bank's days (days of the month ``start_dom``) as one block:
+        purchases, $0 verifications, refunds, subscriptions. Sets :attr:`expected`, the expected number
+        of purchases."""
+        factor = day_factors(self.cfg.behaviour, start_weekday, start_dom)
         self.expected = float(self.rate * factor.sum())
-        counts = rng.poisson(self.rate * factor)
-        city_of_day = np.full(nd, self.home)
-        for _ in range(rng.poisson(self.trips / 365 * nd)):
-            s, length = int(rng.integers(nd)), int(rng.integers(*bh.trip_days))
-            abroad = rng.random() < bh.trip_abroad_share
-            dest = int(rng.integers(w.n_home, len(w.city_lat))) if abroad else int(rng.integers(w.n_home))
-            city_of_day[s:s + length] = dest
-        day = np.repeat(days, counts)
-        n = len(day)
-        mcc = rng.choice(len(MCC), n, p=self.mcc_w)
-        prof = w.hour_base + self.night * np.r_[np.ones(6), np.zeros(16), np.ones(2)] + 0.01
-        cdf = np.cumsum(prof / prof.sum(1, keepdims=True), 1)
-        hour = np.minimum((rng.random(n)[:, None] > cdf[mcc]).sum(1), 23)
-        local = day * 86400 + hour * 3600 + rng.integers(0, 3600, n)
+        counts = self.rng.poisson(self.rate * factor)
+        city_of_day = self._travel()
+        purchases, online, favourite = self._purchases(np.repeat(np.arange(self.cfg.n_days), counts), city_of_day)
+        return _concat([purchases, *self._verifications_and_refunds(purchases, online, favourite),
+                        *self._subscriptions(start_dom)])
+
+    def _travel(self) -> np.ndarray:
+        """The city of each day: home, but for trips (abroad, or to another home city)."""
+        rng, world, behaviour, n_days = self.rng, self.world, self.cfg.behaviour, self.cfg.n_days
+        city_of_day = np.full(n_days, self.home)
+        for _ in range(rng.poisson(self.trips / 365 * n_days)):
+            first, length = int(rng.integers(n_days)), int(rng.integers(*behaviour.trip_days))
+            abroad = rng.random() < behaviour.trip_abroad_share
+            destination = (int(rng.integers(world.n_home_cities, len(world.city_lat))) if abroad
+                           else int(rng.integers(world.n_home_cities)))
+            city_of_day[first:first + length] = destination
+        return city_of_day
+
+    def _purchases(self, day: np.ndarray, city_of_day: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+        """One purchase on each of ``day`` (a day per purchase): the block, which were online, and which
+        were at a favourite online merchant."""
+        rng, behaviour, n = self.rng, self.cfg.behaviour, len(day)
+        # what and when: an MCC of the mix, an hour at the MCC's peaks (or at night, by the night propensity)
+        mcc = rng.choice(len(MCC), n, p=self.mcc_weights)
+        hour_weight = HOUR_WEIGHT + self.night * NIGHT_HOURS + 0.01
+        hour_cdf = np.cumsum(hour_weight / hour_weight.sum(1, keepdims=True), 1)
+        hour = np.minimum((rng.random(n)[:, None] > hour_cdf[mcc]).sum(1), 23)
+        local_time = day * 86400 + hour * 3600 + rng.integers(0, 3600, n)
         online = rng.random(n) < np.clip(MCC_ONLINE[mcc] * self.online_factor, 0, 1)
-        city = city_of_day[day]
-        merchant = np.zeros(n, np.int64)
-        favourite = np.zeros(n, bool)
-        for m in np.unique(mcc):
-            pool_o = w.online.get(int(m), np.zeros(0, int))
-            if len(w.phys_mcc[int(m)]) == 0 and len(pool_o):
-                online |= mcc == m  # no physical merchant sells this
-            sel_o = (mcc == m) & online
-            if len(pool_o) == 0:
-                online &= ~(mcc == m)
-                sel_o[:] = False
+        merchant, favourite = self._merchants(mcc, online, city_of_day[day])
+        # confounder: some online purchases at a foreign merchant
+        foreign = online & (rng.random(n) < behaviour.foreign_online_share * self.cfg.difficulty) & (
+            len(self.world.online_foreign) > 0)
+        if foreign.any():
+            merchant[foreign] = _pick(rng, self.world.online_foreign, int(foreign.sum()))
+        return self._payment(merchant, online, local_time), online, favourite
+
+    def _merchants(self, mcc: np.ndarray, online: np.ndarray, city: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each purchase's merchant, mostly a favourite: online ones by MCC, physical ones in the day's
+        ``city``. Moves a purchase online where no physical merchant sells its MCC, and in store where no
+        online one does (``online`` is updated in place). Returns ``(merchant, at a favourite online)``."""
+        rng, world, behaviour = self.rng, self.world, self.cfg.behaviour
+        merchant = np.zeros(len(mcc), np.int64)
+        favourite = np.zeros(len(mcc), bool)
+        for category in np.unique(mcc):
+            of_category = mcc == category
+            online_pool = world.online.get(int(category), np.zeros(0, int))
+            if len(world.physical_by_mcc[int(category)]) == 0 and len(online_pool):
+                online |= of_category  # no physical merchant sells this
+            bought_online = of_category & online
+            if len(online_pool) == 0:
+                online &= ~of_category
+                bought_online[:] = False
             else:
-                fav = _pick(rng, pool_o, int(rng.integers(*bh.online_favourites)))
-                use = rng.random(sel_o.sum()) < bh.online_favourite_share
-                merchant[sel_o] = np.where(use, _pick(rng, fav, sel_o.sum()), _pick(rng, pool_o, sel_o.sum()))
-                favourite[sel_o] = use
-            sel_p = (mcc == m) & ~online
-            if not sel_p.any():
+                favourites = _pick(rng, online_pool, int(rng.integers(*behaviour.online_favourites)))
+                count = bought_online.sum()
+                use = rng.random(count) < behaviour.online_favourite_share
+                merchant[bought_online] = np.where(use, _pick(rng, favourites, count), _pick(rng, online_pool, count))
+                favourite[bought_online] = use
+            in_store = of_category & ~online
+            if not in_store.any():
                 continue
-            home_pool = w.phys.get((self.home, int(m)), w.phys_mcc[int(m)])
+            home_pool = world.physical_at.get((self.home, int(category)), world.physical_by_mcc[int(category)])
             if not len(home_pool):
-                home_pool = w.any_physical
-            fav = _pick(rng, home_pool, int(rng.integers(*bh.home_favourites)))
-            for c in np.unique(city[sel_p]):
-                sel = sel_p & (city == c)
-                k = int(sel.sum())
-                if c == self.home:
-                    use = rng.random(k) < bh.home_favourite_share
-                    merchant[sel] = np.where(use, _pick(rng, fav, k), _pick(rng, home_pool, k))
+                home_pool = world.physical
+            favourites = _pick(rng, home_pool, int(rng.integers(*behaviour.home_favourites)))
+            for where in np.unique(city[in_store]):
+                here = in_store & (city == where)
+                count = int(here.sum())
+                if where == self.home:
+                    use = rng.random(count) < behaviour.home_favourite_share
+                    merchant[here] = np.where(use, _pick(rng, favourites, count), _pick(rng, home_pool, count))
                 else:
-                    pool = w.phys.get((int(c), int(m)))
+                    pool = world.physical_at.get((int(where), int(category)))
                     pool = pool if pool is not None else home_pool
-                    merchant[sel] = _pick(rng, pool, k)
-        d = self.cfg.difficulty
-        foreign_onl = online & (rng.random(n) < bh.foreign_online_share * d) & (len(w.online_foreign) > 0)
-        if foreign_onl.any():
-            merchant[foreign_onl] = _pick(rng, w.online_foreign, int(foreign_onl.sum()))
-        mi = w.m_mcc[merchant]
-        amount = np.round(rng.lognormal(np.log(MCC_MED[mi] * self.amount_mult * w.m_price[merchant]), MCC_SIG[mi]), 2)
-        big = rng.random(n) < bh.big_purchase_share * d
-        amount[big] = np.round(amount[big] * rng.uniform(*bh.big_purchase_factor, big.sum()), 2)
-        entry = rng.choice(4, n, p=list(bh.entry_mix))
-        entry[w.m_legacy[merchant]] = 2
-        entry[online] = 4
-        pin = (mi == MI[6011]) | ((entry == 0) & (rng.random(n) < bh.chip_pin_share))
-        auth = np.where(pin, 0, np.where((entry == 1) & (amount < bh.cvm_limit), 2, 1))
-        auth[online] = rng.choice([3, 4, 5], online.sum(), p=list(bh.online_auth_mix))
-        ttype = np.where(mi == MI[6011], 2, np.where(mi == MI[4829], 4, 0))
-        churn = np.cumsum(online & (rng.random(n) < bh.device_churn))
+                    merchant[here] = _pick(rng, pool, count)
+        return merchant, favourite
+
+    def _payment(self, merchant: np.ndarray, online: np.ndarray, local_time: np.ndarray) -> dict:
+        """The purchases' block: amount, type, entry mode, verification, device and response at their
+        ``merchant`` (times: seconds of local time from the bank's start)."""
+        rng, world, behaviour, n = self.rng, self.world, self.cfg.behaviour, len(merchant)
+        # amount: lognormal around the MCC's median x the customer's and the merchant's levels; rarely far above
+        mcc = world.merchant_mcc[merchant]
+        median = MCC_MEDIAN[mcc] * self.amount_mult * world.merchant_price[merchant]
+        amount = np.round(rng.lognormal(np.log(median), MCC_SIGMA[mcc]), 2)
+        big = rng.random(n) < behaviour.big_purchase_share * self.cfg.difficulty
+        amount[big] = np.round(amount[big] * rng.uniform(*behaviour.big_purchase_factor, big.sum()), 2)
+        # entry mode (a legacy terminal swipes; online is ecommerce) and verification
+        entry = rng.choice(4, n, p=list(behaviour.entry_mix))  # chip, contactless, swipe, manual_key
+        entry[world.merchant_legacy[merchant]] = SWIPE
+        entry[online] = ECOMMERCE
+        pin = (mcc == ATM) | ((entry == CHIP) & (rng.random(n) < behaviour.chip_pin_share))
+        auth = np.where(pin, PIN, np.where((entry == CONTACTLESS) & (amount < behaviour.cvm_limit), NO_CVM, SIGNATURE))
+        auth[online] = rng.choice([THREE_DS_FRICTIONLESS, THREE_DS_CHALLENGE, NO_AUTH], online.sum(),
+                                  p=list(behaviour.online_auth_mix))
+        txn_type = np.where(mcc == ATM, CASH_WITHDRAWAL, np.where(mcc == MONEY_TRANSFER, TRANSFER, PURCHASE))
+        # online purchases use one of the customer's devices; now and then a new one replaces them
+        churn = np.cumsum(online & (rng.random(n) < behaviour.device_churn))
         device = np.where(online, (rng.integers(0, self.n_devices, n) + churn), -1)
-        med = np.median(amount) if n else 1.0
-        u = rng.random(n)
-        resp = np.zeros(n, np.int64)
-        resp[u < np.clip(bh.insufficient_funds_rate * amount / med, 0, bh.insufficient_funds_cap)] = 1
-        resp[(auth == 0) & (rng.random(n) < bh.bad_pin_rate)] = 2
-        resp[online & (rng.random(n) < bh.bad_cvv_rate)] = 3
-        resp[rng.random(n) < bh.technical_error_rate] = 7
-        tz = np.where(online, w.city_tz[self.home], w.city_tz[np.maximum(w.m_city[merchant], 0)])
-        blocks = [dict(zip(COLS, (local - tz * 60, merchant, amount, ttype, entry, auth, device, resp,
-                                  np.zeros(n, np.int64), np.full(n, -1), np.zeros(n, np.int64), tz)))]
-        # legit $0 verifications before some online purchases at non-favourite merchants
-        ver = online & ~favourite & (rng.random(n) < bh.verification_share * d)
-        if ver.any():
-            v_block = {c: v[ver].copy() for c, v in blocks[0].items()}
-            v_block["t"] -= rng.integers(1, 60, ver.sum())
-            v_block["amount"][:] = 0.0
-            v_block["txn_type"][:] = 3
-            v_block["response"][:] = 0
-            blocks.append(v_block)
-        # refunds of retail purchases, 1-14 days later
-        ref = np.isin(MCC[mi], REFUND_MCCS) & (rng.random(n) < bh.refund_share)
-        if ref.any():
-            r_block = {c: v[ref].copy() for c, v in blocks[0].items()}
-            r_block["t"] += rng.integers(*bh.refund_days, ref.sum()) * 86400
-            r_block["amount"] = -r_block["amount"]
-            r_block["txn_type"][:] = 1
-            r_block["response"][:] = 0
-            blocks.append(r_block)
-        # subscriptions: fixed amount and day of month, entry mode `recurring`
-        for _ in range(int(rng.integers(*bh.subscriptions))):
-            m = int(rng.choice(np.flatnonzero(MCC_RECUR)))
-            pool = w.online.get(m, np.zeros(0, int))
+        # declines: insufficient funds (likelier for a large amount), bad PIN, bad CVV, technical errors
+        median_amount = np.median(amount) if n else 1.0
+        draw = rng.random(n)
+        response = np.zeros(n, np.int64)
+        response[draw < np.clip(behaviour.insufficient_funds_rate * amount / median_amount, 0,
+                                behaviour.insufficient_funds_cap)] = INSUFFICIENT_FUNDS
+        response[(auth == PIN) & (rng.random(n) < behaviour.bad_pin_rate)] = BAD_PIN
+        response[online & (rng.random(n) < behaviour.bad_cvv_rate)] = BAD_CVV
+        response[rng.random(n) < behaviour.technical_error_rate] = TECHNICAL_ERROR
+        # online: the customer's home time zone; in store: the merchant's city's
+        tz = np.where(online, world.city_tz[self.home], world.city_tz[np.maximum(world.merchant_city[merchant], 0)])
+        return txn_block(n, t=local_time - tz * 60, merchant=merchant, amount=amount, txn_type=txn_type, entry=entry,
+                         auth=auth, device=device, response=response, tz=tz)
+
+    def _verifications_and_refunds(self, purchases: dict, online: np.ndarray, favourite: np.ndarray) -> list[dict]:
+        """$0 verifications just before some online purchases at non-favourite merchants, and refunds of
+        some retail purchases 1-14 days later (copies of those purchases)."""
+        rng, behaviour = self.rng, self.cfg.behaviour
+        n = len(purchases["t"])
+        blocks = []
+        verified = online & ~favourite & (rng.random(n) < behaviour.verification_share * self.cfg.difficulty)
+        if verified.any():
+            verification = {column: values[verified].copy() for column, values in purchases.items()}
+            verification["t"] -= rng.integers(1, 60, verified.sum())
+            verification["amount"][:] = 0.0
+            verification["txn_type"][:] = VERIFICATION
+            verification["response"][:] = APPROVED
+            blocks.append(verification)
+        mcc_codes = MCC[self.world.merchant_mcc[purchases["merchant"]]]
+        refunded = np.isin(mcc_codes, REFUND_MCCS) & (rng.random(n) < behaviour.refund_share)
+        if refunded.any():
+            refund = {column: values[refunded].copy() for column, values in purchases.items()}
+            refund["t"] += rng.integers(*behaviour.refund_days, refunded.sum()) * 86400
+            refund["amount"] = -refund["amount"]
+            refund["txn_type"][:] = REFUND
+            refund["response"][:] = APPROVED
+            blocks.append(refund)
+        return blocks
+
+    def _subscriptions(self, start_dom: np.ndarray) -> list[dict]:
+        """Monthly subscriptions: a recurring MCC, a fixed online merchant, amount and day of the month."""
+        rng, world = self.rng, self.world
+        days = np.arange(self.cfg.n_days)
+        tz = int(world.city_tz[self.home])
+        blocks = []
+        for _ in range(int(rng.integers(*self.cfg.behaviour.subscriptions))):
+            mcc = int(rng.choice(np.flatnonzero(MCC_RECURRING)))
+            pool = world.online.get(mcc, np.zeros(0, int))
             if not len(pool):
                 continue
-            merch, dom = int(_pick(rng, pool, 1)[0]), int(rng.integers(1, 29))
-            sub_days = days[start_dom == dom]
-            k = len(sub_days)
-            amt = round(float(rng.lognormal(np.log(MCC_MED[m]), MCC_SIG[m])), 2)
-            tz0 = int(w.city_tz[self.home])
-            blocks.append(txn_block(k, t=sub_days * 86400 + rng.integers(3, 9, k) * 3600 - tz0 * 60, merchant=merch,
-                                 amount=amt, entry=5, auth=5, tz=tz0))
-        return _concat(blocks)
+            merchant, day_of_month = int(_pick(rng, pool, 1)[0]), int(rng.integers(1, 29))
+            billing_days = days[start_dom == day_of_month]
+            count = len(billing_days)
+            amount = round(float(rng.lognormal(np.log(MCC_MEDIAN[mcc]), MCC_SIGMA[mcc])), 2)
+            blocks.append(txn_block(count, t=billing_days * 86400 + rng.integers(3, 9, count) * 3600 - tz * 60,
+                                    merchant=merchant, amount=amount, entry=RECURRING, auth=NO_AUTH, tz=tz))
+        return blocks
 
 
+# -- the fraud patterns (the demo builds its sprees from these too) ---------------------------------------
 def account_takeover_block(rng: np.random.Generator, w: World, mcc_w: np.ndarray, amounts: np.ndarray,
                            difficulty: float, tz: int, device: int, start_range: tuple[int, int],
                            behaviour: BehaviourConfig = DEFAULT_BEHAVIOUR) -> dict:
@@ -532,27 +627,30 @@ def account_takeover_block(rng: np.random.Generator, w: World, mcc_w: np.ndarray
     customer's MCC weights), else in electronics / stored value / jewellery / money transfer, half of
     them at foreign merchants; amounts = the median of the customer's positive ``amounts`` x
     U(1.5, 6); w.p. 0.5 a $0 verification 30 s before. Returns a block of transaction columns."""
-    bh = behaviour
-    k = int(rng.integers(*bh.ato_purchases))
-    t = int(rng.integers(*start_range)) + np.sort(rng.uniform(0, rng.uniform(*bh.ato_hours) * 3600, k)).astype(np.int64)
-    mimic = rng.random() < bh.ato_mimic_share * difficulty
-    if mimic:
+    world = w
+    count = int(rng.integers(*behaviour.ato_purchases))
+    times = int(rng.integers(*start_range)) + np.sort(
+        rng.uniform(0, rng.uniform(*behaviour.ato_hours) * 3600, count)).astype(np.int64)
+    pattern_mccs = [MCC_INDEX[code] for code in ATO_MCCS]
+    if rng.random() < behaviour.ato_mimic_share * difficulty:  # mimic: MCCs the customer buys online
         own = np.flatnonzero((mcc_w > 0) & (MCC_ONLINE > 0.2))
-        mccs = rng.choice(own, k) if len(own) else rng.choice([MI[m] for m in ATO_MCCS], k)
-        merch = np.array([_pick(rng, w.online.get(int(m), w.online_foreign), 1)[0]
-                          if len(w.online.get(int(m), [])) else _pick(rng, w.online_foreign, 1)[0] for m in mccs])
+        mccs = rng.choice(own, count) if len(own) else rng.choice(pattern_mccs, count)
+        merchant = np.array([_pick(rng, world.online.get(int(mcc), world.online_foreign), 1)[0]
+                             if len(world.online.get(int(mcc), [])) else _pick(rng, world.online_foreign, 1)[0]
+                             for mcc in mccs])
     else:
-        mccs = rng.choice([MI[m] for m in ATO_MCCS], k)
-        foreign = rng.random(k) < (bh.ato_foreign_share if difficulty > 0 else 1.0)
-        merch = np.array([_pick(rng, w.online_foreign, 1)[0] if f or not len(w.online.get(int(m), []))
-                          else _pick(rng, w.online[int(m)], 1)[0] for m, f in zip(mccs, foreign)])
-    med = np.median(amounts[amounts > 0]) if (amounts > 0).any() else 40.0
-    amount = np.round(med * rng.uniform(*bh.ato_amount_factor, k), 2)
-    b = txn_block(k, t=t, merchant=merch, amount=amount, entry=4, auth=rng.choice([5, 3], k), device=device, tz=tz)
-    if rng.random() < bh.ato_verification_share:
-        b = _concat([txn_block(1, t=t[0] - 30, merchant=merch[0], amount=0.0, txn_type=3, entry=4, auth=5,
-                            device=device, tz=tz), b])
-    return b
+        mccs = rng.choice(pattern_mccs, count)
+        foreign = rng.random(count) < (behaviour.ato_foreign_share if difficulty > 0 else 1.0)
+        merchant = np.array([_pick(rng, world.online_foreign, 1)[0] if abroad or not len(world.online.get(int(mcc), []))
+                             else _pick(rng, world.online[int(mcc)], 1)[0] for mcc, abroad in zip(mccs, foreign)])
+    median = np.median(amounts[amounts > 0]) if (amounts > 0).any() else 40.0
+    amount = np.round(median * rng.uniform(*behaviour.ato_amount_factor, count), 2)
+    block = txn_block(count, t=times, merchant=merchant, amount=amount, entry=ECOMMERCE,
+                      auth=rng.choice([NO_AUTH, THREE_DS_FRICTIONLESS], count), device=device, tz=tz)
+    if rng.random() < behaviour.ato_verification_share:
+        block = _concat([txn_block(1, t=times[0] - 30, merchant=merchant[0], amount=0.0, txn_type=VERIFICATION,
+                                   entry=ECOMMERCE, auth=NO_AUTH, device=device, tz=tz), block])
+    return block
 
 
 def lost_stolen_block(rng: np.random.Generator, w: World, home_city: int, difficulty: float, tz: int,
@@ -561,120 +659,142 @@ def lost_stolen_block(rng: np.random.Generator, w: World, home_city: int, diffic
     $60-99.90 (difficulty 0: $95-99.90) within 1-6 h at merchants of ``home_city`` in grocery /
     liquor / fuel / fast-food / misc MCCs, starting at a time drawn from ``start_range``. Returns a
     block of transaction columns."""
-    bh = behaviour
-    k = int(rng.integers(*bh.ls_purchases))
-    t = int(rng.integers(*start_range)) + np.sort(rng.uniform(0, rng.uniform(*bh.ls_hours) * 3600, k)).astype(np.int64)
-    mccs = rng.choice([MI[x] for x in LS_MCCS], k)
-    merch = np.array([_pick(rng, w.phys.get((home_city, int(mm)), w.phys_mcc[int(mm)]), 1)[0] for mm in mccs])
-    lo, hi = bh.ls_amount if difficulty > 0 else bh.ls_amount_easy
-    return txn_block(k, t=t, merchant=merch, amount=np.round(rng.uniform(lo, hi, k), 2), entry=1, auth=2, tz=tz)
+    world = w
+    count = int(rng.integers(*behaviour.ls_purchases))
+    times = int(rng.integers(*start_range)) + np.sort(
+        rng.uniform(0, rng.uniform(*behaviour.ls_hours) * 3600, count)).astype(np.int64)
+    mccs = rng.choice([MCC_INDEX[code] for code in LS_MCCS], count)
+    merchant = np.array([_pick(rng, world.physical_at.get((home_city, int(mcc)), world.physical_by_mcc[int(mcc)]), 1)[0]
+                         for mcc in mccs])
+    low, high = behaviour.ls_amount if difficulty > 0 else behaviour.ls_amount_easy
+    return txn_block(count, t=times, merchant=merchant, amount=np.round(rng.uniform(low, high, count), 2),
+                     entry=CONTACTLESS, auth=NO_CVM, tz=tz)
 
 
-def _label_delay(rng, n: int, behaviour: BehaviourConfig) -> np.ndarray:
+def _counterfeit_case(rng: np.random.Generator, world: World, home: int, difficulty: float,
+                      behaviour: BehaviourConfig) -> tuple[dict, dict, int]:
+    """A counterfeit case: the customer's (legitimate) card-present transaction at a compromised fuel/ATM
+    terminal while it skims, then, days later, a swipe spree in a home city far away or abroad.
+    Returns ``(exposure block, spree block, the compromised merchant)``."""
+    merchant, first_day, end_day = world.compromised[int(rng.integers(len(world.compromised)))]
+    exposed_at = int(rng.integers(first_day * 86400, end_day * 86400))
+    amount = round(float(rng.lognormal(np.log(MCC_MEDIAN[world.merchant_mcc[merchant]]), behaviour.cf_exposure_sigma)), 2)
+    exposure = txn_block(1, t=exposed_at, merchant=merchant, amount=amount, entry=CHIP, auth=PIN,
+                         tz=int(world.city_tz[world.merchant_city[merchant]]),
+                         txn_type=CASH_WITHDRAWAL if world.merchant_mcc[merchant] == ATM else PURCHASE)
+    # the spree: when, and where (a home city over cf_far_km away, else abroad)
+    count = int(rng.integers(*behaviour.cf_purchases))
+    spree_start = exposed_at + int(rng.integers(*behaviour.cf_delay_days)) * 86400
+    times = spree_start + np.sort(
+        rng.uniform(0, rng.uniform(*behaviour.cf_spread_days) * 86400, count)).astype(np.int64)
+    n_home = world.n_home_cities
+    distance_km = np.hypot(world.city_lat[:n_home] - world.city_lat[home],
+                           (world.city_lon[:n_home] - world.city_lon[home]) * 0.8) * KM_PER_DEG
+    far = np.flatnonzero(distance_km > behaviour.cf_far_km)
+    abroad = rng.random() < behaviour.cf_abroad_share or not len(far)
+    city = int(rng.integers(n_home, len(world.city_lat))) if abroad else int(rng.choice(far))
+    # what: swiped purchases and ATM withdrawals (some declined bad_pin)
+    mccs = rng.choice([MCC_INDEX[code] for code in CF_MCCS], count)
+    spree_merchant = np.array([_pick(rng, world.physical_at.get((city, int(mcc)), world.physical_by_mcc[int(mcc)]), 1)[0]
+                               for mcc in mccs])
+    factor = rng.uniform(*(behaviour.cf_amount_factor if difficulty > 0 else behaviour.cf_amount_factor_easy), count)
+    atm = mccs == ATM
+    response = np.where(atm & (rng.random(count) < behaviour.cf_atm_bad_pin_share), BAD_PIN, APPROVED)
+    spree = txn_block(count, t=times, merchant=spree_merchant, amount=np.round(MCC_MEDIAN[mccs] * factor, 2), entry=SWIPE,
+                      auth=np.where(atm, PIN, SIGNATURE), response=response,
+                      txn_type=np.where(atm, CASH_WITHDRAWAL, PURCHASE), tz=int(world.city_tz[city]))
+    return exposure, spree, int(merchant)
+
+
+def _label_delay(rng, n_cases: int, behaviour: BehaviourConfig) -> np.ndarray:
     """Seconds from a case's end to its label, one per case."""
-    lo, hi = behaviour.label_delay_days
-    return np.clip(rng.lognormal(np.log(behaviour.label_delay_median_days), behaviour.label_delay_sigma, n), lo, hi) * 86400
+    low, high = behaviour.label_delay_days
+    return np.clip(rng.lognormal(np.log(behaviour.label_delay_median_days), behaviour.label_delay_sigma, n_cases),
+                   low, high) * 86400
 
 
+# -- one customer's history with its fraud ----------------------------------------------------------------
 def _customer_history(idx: int, cfg: SynthConfig, world: World, ct_events: list[dict], seed_seq) -> tuple:
     """All transactions, the profile row and the fraud cases of customer ``idx``."""
     rng = np.random.default_rng(seed_seq)
-    cust = _Customer(idx, cfg, world, rng)
+    customer = _Customer(idx, cfg, world, rng)
     start = pd.Timestamp(cfg.start, tz="UTC")
     days = pd.date_range(start, periods=cfg.n_days, freq="D")
-    hist = cust.legit(start.weekday(), days.day.to_numpy())
-    d, w, bh = cfg.difficulty, world, cfg.behaviour
+    history = customer.legitimate(start.weekday(), days.day.to_numpy())
+    difficulty, behaviour = cfg.difficulty, cfg.behaviour
     period = cfg.n_days * 86400
-    lam = {p: cfg.pattern_mix.get(p, 0) * cfg.target_fraud_rate * cust.expected / CASE_SIZE[p] for p in PATTERNS}
-    blocks, cases = [hist], []
-    tz0 = int(w.city_tz[cust.home])
-    home_lat, home_lon = w.city_lat[:w.n_home], w.city_lon[:w.n_home]
+    # each pattern's expected cases: its share of the target fraud, over its case size
+    case_rate = {pattern: cfg.pattern_mix.get(pattern, 0) * cfg.target_fraud_rate * customer.expected
+                 / CASE_SIZE[pattern] for pattern in PATTERNS}
+    blocks, cases = [history], []
+    home_tz = int(world.city_tz[customer.home])
 
-    def case_row(kind, b, extra=None):
-        cases.append({"case": len(cases), "fraud_type": kind, "start": int(b["t"].min()), "end": int(b["t"].max()),
-                      "n_txns": len(b["t"]), "compromise_merchant": extra})
-        b["fraud"][:] = 1
-        b["case"][:] = len(cases) - 1
-        blocks.append(b)
+    def add_case(fraud_type: str, block: dict, compromise_merchant: int | None = None) -> None:
+        cases.append({"case": len(cases), "fraud_type": fraud_type, "start": int(block["t"].min()),
+                      "end": int(block["t"].max()), "n_txns": len(block["t"]), "compromise_merchant": compromise_merchant})
+        block["fraud"][:] = 1
+        block["case"][:] = len(cases) - 1
+        blocks.append(block)
 
-    # account takeover
-    for _ in range(rng.poisson(lam["account_takeover"])):
-        b = account_takeover_block(rng, w, cust.mcc_w, hist["amount"], d, tz0, 10_000 + len(cases), (0, period), bh)
-        case_row("account_takeover", b)
-    # counterfeit after a compromise: exposure at a compromised fuel/ATM merchant, later a swipe spree far away
-    for _ in range(rng.poisson(lam["counterfeit_after_compromise"]) if len(w.compromised) else 0):
-        m, s, e = w.compromised[int(rng.integers(len(w.compromised)))]
-        t_exp = int(rng.integers(s * 86400, e * 86400))
-        tz_m = int(w.city_tz[w.m_city[m]])
-        amt = round(float(rng.lognormal(np.log(MCC_MED[w.m_mcc[m]]), bh.cf_exposure_sigma)), 2)
-        expo = txn_block(1, t=t_exp, merchant=m, amount=amt,
-                         entry=0, auth=0, tz=tz_m, txn_type=2 if w.m_mcc[m] == MI[6011] else 0)
-        blocks.append(expo)
-        k = int(rng.integers(*bh.cf_purchases))
-        t0 = t_exp + int(rng.integers(*bh.cf_delay_days)) * 86400
-        t = t0 + np.sort(rng.uniform(0, rng.uniform(*bh.cf_spread_days) * 86400, k)).astype(np.int64)
-        dist = np.hypot(home_lat - w.city_lat[cust.home], (home_lon - w.city_lon[cust.home]) * 0.8) * KM_PER_DEG
-        far = np.flatnonzero(dist > bh.cf_far_km)
-        abroad = rng.random() < bh.cf_abroad_share or not len(far)
-        city = int(rng.integers(w.n_home, len(w.city_lat))) if abroad else int(rng.choice(far))
-        mccs = rng.choice([MI[x] for x in CF_MCCS], k)
-        merch = np.array([_pick(rng, w.phys.get((city, int(mm)), w.phys_mcc[int(mm)]), 1)[0] for mm in mccs])
-        mult = rng.uniform(*(bh.cf_amount_factor if d > 0 else bh.cf_amount_factor_easy), k)
-        atm = mccs == MI[6011]
-        resp = np.where(atm & (rng.random(k) < bh.cf_atm_bad_pin_share), 2, 0)
-        b = txn_block(k, t=t, merchant=merch, amount=np.round(MCC_MED[mccs] * mult, 2), entry=2,
-                   auth=np.where(atm, 0, 1), response=resp, txn_type=np.where(atm, 2, 0), tz=int(w.city_tz[city]))
-        case_row("counterfeit_after_compromise", b, extra=int(m))
-    # lost or stolen card: a contactless spree just under the CVM limit, then a new card
-    card_changes = []
-    for _ in range(rng.poisson(lam["lost_stolen"])):
-        b = lost_stolen_block(rng, w, cust.home, d, tz0, (0, period), bh)
-        t = b["t"]
-        case_row("lost_stolen", b)
-        card_changes.append((int(t[-1]), int(t[-1] + rng.uniform(*bh.ls_new_card_days) * 86400)))
-    # card testing (drawn at campaign level)
-    for ev in ct_events:
-        b = txn_block(len(ev["t"]), t=ev["t"], merchant=ev["merchant"], amount=ev["amount"], txn_type=ev["txn_type"],
-                   entry=4, auth=ev["auth"], device=ev["device"], response=ev["response"], tz=tz0)
-        case_row("card_testing", b)
+    for _ in range(rng.poisson(case_rate["account_takeover"])):
+        block = account_takeover_block(rng, world, customer.mcc_weights, history["amount"], difficulty, home_tz,
+                                       TAKEOVER_DEVICE + len(cases), (0, period), behaviour)
+        add_case("account_takeover", block)
+    for _ in range(rng.poisson(case_rate["counterfeit_after_compromise"]) if len(world.compromised) else 0):
+        exposure, spree, merchant = _counterfeit_case(rng, world, customer.home, difficulty, behaviour)
+        blocks.append(exposure)
+        add_case("counterfeit_after_compromise", spree, compromise_merchant=merchant)
+    card_changes = []  # (end of a lost/stolen spree, when the customer's new card starts)
+    for _ in range(rng.poisson(case_rate["lost_stolen"])):
+        block = lost_stolen_block(rng, world, customer.home, difficulty, home_tz, (0, period), behaviour)
+        add_case("lost_stolen", block)
+        spree_end = block["t"][-1]
+        card_changes.append((int(spree_end), int(spree_end + rng.uniform(*behaviour.ls_new_card_days) * 86400)))
+    for event in ct_events:  # card testing: drawn at campaign level
+        block = txn_block(len(event["t"]), t=event["t"], merchant=event["merchant"], amount=event["amount"],
+                          txn_type=event["txn_type"], entry=ECOMMERCE, auth=event["auth"], device=event["device"],
+                          response=event["response"], tz=home_tz)
+        add_case("card_testing", block)
+    # the bank's period only; after a lost/stolen spree, silence until the new card
     out = _concat(blocks)
     keep = (out["t"] >= 0) & (out["t"] < period)
-    for end, resume in card_changes:  # silence after the block, then the customer's new card
+    for end, resume in card_changes:
         keep &= ~((out["t"] > end) & (out["t"] < resume) & (out["fraud"] == 0))
         out["card"] += (out["t"] >= resume).astype(np.int64)
-    out = {c: v[keep] for c, v in out.items()}
+    out = {column: values[keep] for column, values in out.items()}
     order = np.lexsort((np.arange(len(out["t"])), out["t"]))
-    out = {c: v[order] for c, v in out.items()}
-    profile = {"customer_id": f"C{idx:06d}", "home_lat": cust.home_lat, "home_lon": cust.home_lon,
-               "home_city": f"city_{cust.home:02d}", "home_country": "US", "archetype": cust.arch,
-               "income_band": cust.income_band}
-    delays = _label_delay(rng, len(cases), bh)
-    for c, dl in zip(cases, delays):
-        c["label_delay"] = float(dl)
+    out = {column: values[order] for column, values in out.items()}
+    profile = {"customer_id": f"C{idx:06d}", "home_lat": customer.home_lat, "home_lon": customer.home_lon,
+               "home_city": f"city_{customer.home:02d}", "home_country": "US", "archetype": customer.archetype,
+               "income_band": customer.income_band}
+    for case, delay in zip(cases, _label_delay(rng, len(cases), behaviour)):
+        case["label_delay"] = float(delay)
     return out, profile, cases
 
 
+# -- card testing: campaigns drawn once for the bank --------------------------------------------------------
 def _card_testing(cfg: SynthConfig, world: World, rng: np.random.Generator) -> dict[int, list[dict]]:
-    """Campaigns: a fraud device and 1-2 online merchants hit 5-40 customers within 2 h."""
-    mean_rate = np.mean([a[0] for a in ARCHETYPES.values()]) * 1.07
-    total = cfg.pattern_mix.get("card_testing", 0) * cfg.target_fraud_rate * mean_rate * cfg.n_days * cfg.n_customers
+    """Campaigns: a fraud device and 1-2 online merchants hit 5-40 customers within 2 h. Returns
+    ``customer -> its attempts`` (:func:`card_testing_attempts`), one entry per campaign that hit it."""
+    behaviour = cfg.behaviour
+    mean_rate = np.mean([row[0] for row in ARCHETYPES.values()]) * 1.07  # x about the mean of day_factors
+    total = (cfg.pattern_mix.get("card_testing", 0) * cfg.target_fraud_rate * mean_rate * cfg.n_days
+             * cfg.n_customers)
     # the victim count is drawn once (so the realised rate is not at the mercy of a few big campaigns),
     # then cut into campaigns of 5-40 victims
     n_victims = min(cfg.n_customers * 3, int(rng.poisson(total / CASE_SIZE["card_testing"]))) if total > 0 else 0
     sizes = []
     while sum(sizes) < n_victims:
-        sizes.append(min(int(rng.integers(*cfg.behaviour.ct_victims)), n_victims - sum(sizes), cfg.n_customers))
-    pool = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in CT_MCCS])
-    cashout = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in (5732, 6540, 5944)])
+        sizes.append(min(int(rng.integers(*behaviour.ct_victims)), n_victims - sum(sizes), cfg.n_customers))
+    pool = np.concatenate([world.online.get(MCC_INDEX[code], np.zeros(0, int)) for code in CT_MCCS])
+    cashout = np.concatenate([world.online.get(MCC_INDEX[code], np.zeros(0, int)) for code in CT_CASHOUT_MCCS])
     events: dict[int, list[dict]] = {}
-    d = cfg.difficulty
-    for c, size in enumerate(sizes):
-        merchants = _pick(rng, pool, int(rng.integers(*cfg.behaviour.ct_merchants)))
-        t0 = int(rng.integers(0, cfg.n_days * 86400))
-        victims = rng.choice(cfg.n_customers, size, replace=False)
-        for v in victims:
-            events.setdefault(int(v), []).append(card_testing_attempts(rng, merchants, cashout, t0, 20_000 + c, d,
-                                                                       cfg.behaviour))
+    for campaign, size in enumerate(sizes):
+        merchants = _pick(rng, pool, int(rng.integers(*behaviour.ct_merchants)))
+        campaign_start = int(rng.integers(0, cfg.n_days * 86400))
+        for victim in rng.choice(cfg.n_customers, size, replace=False):
+            events.setdefault(int(victim), []).append(card_testing_attempts(
+                rng, merchants, cashout, campaign_start, CAMPAIGN_DEVICE + campaign, cfg.difficulty, behaviour))
     return events
 
 
@@ -685,26 +805,32 @@ def card_testing_attempts(rng: np.random.Generator, merchants: np.ndarray, casho
     $0 verifications or $0.50-12 charges, 40% declined; when any went through, w.p. 0.6 one to three
     cash-out purchases ($200-1,500 at ``cashout`` merchants) 10 min-24 h later. Returns the event
     columns ``t``, ``merchant``, ``amount``, ``txn_type``, ``auth``, ``device``, ``response``."""
-    bh = behaviour
-    k = int(rng.integers(*bh.ct_attempts))
-    t = t0 + int(rng.integers(0, bh.ct_start_s)) + np.cumsum(rng.integers(*bh.ct_gap_s, k))
-    zero = rng.random(k) < bh.ct_zero_share
-    lo, hi = bh.ct_amount if difficulty > 0 else bh.ct_amount_easy
-    amount = np.where(zero, 0.0, np.round(rng.uniform(lo, hi, k), 2))
-    declined = rng.random(k) < bh.ct_decline_share
-    resp = np.where(declined, rng.choice([3, 4, 5], k, p=list(bh.ct_decline_mix)), 0)
-    ev = {"t": t, "merchant": _pick(rng, merchants, k), "amount": amount, "txn_type": np.where(zero, 3, 0),
-          "auth": np.full(k, 5), "device": np.full(k, device), "response": resp}
-    if (~declined).any() and rng.random() < bh.ct_cashout_share and len(cashout):
-        j = int(rng.integers(*bh.ct_cashouts))
-        tc = t[-1] + int(rng.integers(*bh.ct_cashout_delay_s)) + np.cumsum(rng.integers(*bh.ct_cashout_gap_s, j))
-        ev = {"t": np.r_[t, tc], "merchant": np.r_[ev["merchant"], _pick(rng, cashout, j)],
-              "amount": np.r_[amount, np.round(rng.uniform(*bh.ct_cashout_amount, j), 2)],
-              "txn_type": np.r_[ev["txn_type"], np.zeros(j, int)], "auth": np.r_[ev["auth"], np.full(j, 3)],
-              "device": np.r_[ev["device"], np.full(j, device)], "response": np.r_[resp, np.zeros(j, int)]}
-    return ev
+    count = int(rng.integers(*behaviour.ct_attempts))
+    times = t0 + int(rng.integers(0, behaviour.ct_start_s)) + np.cumsum(rng.integers(*behaviour.ct_gap_s, count))
+    zero = rng.random(count) < behaviour.ct_zero_share
+    low, high = behaviour.ct_amount if difficulty > 0 else behaviour.ct_amount_easy
+    amount = np.where(zero, 0.0, np.round(rng.uniform(low, high, count), 2))
+    declined = rng.random(count) < behaviour.ct_decline_share
+    response = np.where(declined, rng.choice([BAD_CVV, BAD_EXPIRY, DO_NOT_HONOR], count,
+                                             p=list(behaviour.ct_decline_mix)), APPROVED)
+    event = {"t": times, "merchant": _pick(rng, merchants, count), "amount": amount,
+             "txn_type": np.where(zero, VERIFICATION, PURCHASE), "auth": np.full(count, NO_AUTH),
+             "device": np.full(count, device), "response": response}
+    # cash-out: a few large online purchases once a card proved good
+    if (~declined).any() and rng.random() < behaviour.ct_cashout_share and len(cashout):
+        n_cashouts = int(rng.integers(*behaviour.ct_cashouts))
+        cashout_times = (times[-1] + int(rng.integers(*behaviour.ct_cashout_delay_s))
+                     + np.cumsum(rng.integers(*behaviour.ct_cashout_gap_s, n_cashouts)))
+        event = {"t": np.r_[times, cashout_times], "merchant": np.r_[event["merchant"], _pick(rng, cashout, n_cashouts)],
+                 "amount": np.r_[amount, np.round(rng.uniform(*behaviour.ct_cashout_amount, n_cashouts), 2)],
+                 "txn_type": np.r_[event["txn_type"], np.zeros(n_cashouts, int)],
+                 "auth": np.r_[event["auth"], np.full(n_cashouts, THREE_DS_FRICTIONLESS)],
+                 "device": np.r_[event["device"], np.full(n_cashouts, device)],
+                 "response": np.r_[response, np.zeros(n_cashouts, int)]}
+    return event
 
 
+# -- the whole bank --------------------------------------------------------------------------------------
 def _streams(cfg: SynthConfig) -> list[np.random.SeedSequence]:
     """The four independent streams of ``cfg``'s seed: world, merchants, card-testing campaigns,
     customers (each customer spawns its own from the last)."""
@@ -713,13 +839,13 @@ def _streams(cfg: SynthConfig) -> list[np.random.SeedSequence]:
 
 def world_of(cfg: SynthConfig) -> World:
     """The world (cities, merchants, compromised merchants) that :func:`generate` builds for ``cfg``."""
-    s_world, s_merch, _, _ = _streams(cfg.validate())
-    return build_world(cfg, np.random.default_rng(s_world), np.random.default_rng(s_merch))
+    world_stream, merchant_stream, _, _ = _streams(cfg.validate())
+    return build_world(cfg, np.random.default_rng(world_stream), np.random.default_rng(merchant_stream))
 
 
-def _mean_int(r: tuple[int, int]) -> float:
+def _mean_int(bounds: tuple[int, int]) -> float:
     """Mean of numpy's ``integers(lo, hi)``: ``(lo + hi - 1) / 2``."""
-    return (r[0] + r[1] - 1) / 2
+    return (bounds[0] + bounds[1] - 1) / 2
 
 
 def expected_fraud_counts(cfg: SynthConfig, first_day: float = 0.0, last_day: float | None = None) -> dict[str, dict]:
@@ -738,33 +864,41 @@ def expected_fraud_counts(cfg: SynthConfig, first_day: float = 0.0, last_day: fl
     presets (``large``: the test period's fraud) and a test checks it against generated banks.
     """
     cfg.validate()
-    bh = cfg.behaviour
-    lo, hi = float(first_day), float(cfg.n_days if last_day is None else last_day)
-    s_world, s_merch, s_fraud, _ = _streams(cfg)
-    world = build_world(cfg, np.random.default_rng(s_world), np.random.default_rng(s_merch))
+    behaviour = cfg.behaviour
+    first, last = float(first_day), float(cfg.n_days if last_day is None else last_day)
+    world_stream, merchant_stream, fraud_stream, _ = _streams(cfg)
+    world = build_world(cfg, np.random.default_rng(world_stream), np.random.default_rng(merchant_stream))
     out: dict[str, dict] = {}
+    # card testing: count the drawn campaigns' transactions in the days
     cases = frauds = 0
-    for evs in _card_testing(cfg, world, np.random.default_rng(s_fraud)).values():
-        for ev in evs:
-            k = int(((ev["t"] >= lo * 86400) & (ev["t"] < hi * 86400) & (ev["t"] < cfg.n_days * 86400)).sum())
-            cases, frauds = cases + (k > 0), frauds + k
+    for events in _card_testing(cfg, world, np.random.default_rng(fraud_stream)).values():
+        for event in events:
+            inside = int(((event["t"] >= first * 86400) & (event["t"] < last * 86400)
+                          & (event["t"] < cfg.n_days * 86400)).sum())
+            cases, frauds = cases + (inside > 0), frauds + inside
     out["card_testing"] = {"cases": float(cases), "frauds": float(frauds), "exact": True}
+    # the others: expected cases per customer x the share of them that start in the days
     start = pd.Timestamp(cfg.start, tz="UTC")
-    dom = pd.date_range(start, periods=cfg.n_days, freq="D").day.to_numpy()
-    legit = np.mean([a[0] for a in ARCHETYPES.values()]) * day_factors(bh, start.weekday(), dom).sum()
-    uniform = max(0.0, min(hi, cfg.n_days) - max(lo, 0.0)) / cfg.n_days
+    day_of_month = pd.date_range(start, periods=cfg.n_days, freq="D").day.to_numpy()
+    legit = np.mean([row[0] for row in ARCHETYPES.values()]) * day_factors(behaviour, start.weekday(),
+                                                                           day_of_month).sum()
+    uniform = max(0.0, min(last, cfg.n_days) - max(first, 0.0)) / cfg.n_days
     share = {"account_takeover": uniform, "lost_stolen": uniform, "counterfeit_after_compromise": 0.0}
     if len(world.compromised):  # spree start uniform in [s + d, e + d) days for window [s, e) and delay d
-        d = np.arange(*bh.cf_delay_days)[None, :]
-        s, e = world.compromised[:, 1:2].astype(float), world.compromised[:, 2:3].astype(float)
-        overlap = np.clip(np.minimum(e + d, min(hi, cfg.n_days)) - np.maximum(s + d, lo), 0, None)
-        share["counterfeit_after_compromise"] = float((overlap / (e - s)).mean())
-    size = {"account_takeover": _mean_int(bh.ato_purchases) + bh.ato_verification_share,
-            "counterfeit_after_compromise": _mean_int(bh.cf_purchases), "lost_stolen": _mean_int(bh.ls_purchases)}
-    for p in ("account_takeover", "counterfeit_after_compromise", "lost_stolen"):
-        n = cfg.n_customers * cfg.pattern_mix.get(p, 0) * cfg.target_fraud_rate * legit / CASE_SIZE[p] * share[p]
-        out[p] = {"cases": float(n), "frauds": float(n * size[p]), "exact": False}
-    return {p: out[p] for p in PATTERNS}
+        delay = np.arange(*behaviour.cf_delay_days)[None, :]
+        window_start = world.compromised[:, 1:2].astype(float)
+        window_end = world.compromised[:, 2:3].astype(float)
+        overlap = np.clip(np.minimum(window_end + delay, min(last, cfg.n_days)) - np.maximum(window_start + delay, first),
+                          0, None)
+        share["counterfeit_after_compromise"] = float((overlap / (window_end - window_start)).mean())
+    size = {"account_takeover": _mean_int(behaviour.ato_purchases) + behaviour.ato_verification_share,
+            "counterfeit_after_compromise": _mean_int(behaviour.cf_purchases),
+            "lost_stolen": _mean_int(behaviour.ls_purchases)}
+    for pattern in ("account_takeover", "counterfeit_after_compromise", "lost_stolen"):
+        expected = (cfg.n_customers * cfg.pattern_mix.get(pattern, 0) * cfg.target_fraud_rate * legit
+                    / CASE_SIZE[pattern] * share[pattern])
+        out[pattern] = {"cases": float(expected), "frauds": float(expected * size[pattern]), "exact": False}
+    return {pattern: out[pattern] for pattern in PATTERNS}
 
 
 def blocks_to_frame(blocks: list[dict], w: World, cfg: SynthConfig, customer: int, first_k: int,
@@ -772,24 +906,24 @@ def blocks_to_frame(blocks: list[dict], w: World, cfg: SynthConfig, customer: in
     """Transaction rows (the exported columns) of ``customer`` from generator blocks, numbered from
     ``first_k``; with ``fraud_type`` every row is a fraud of case ``case`` whose label is available
     at the case's end."""
-    h = _concat(blocks)
-    h["cust"] = np.full(len(h["t"]), customer)
-    h["k"] = first_k + np.arange(len(h["t"]))
-    rows = []
+    columns = _concat(blocks)
+    columns["cust"] = np.full(len(columns["t"]), customer)
+    columns["k"] = first_k + np.arange(len(columns["t"]))
+    case_rows = []
     if fraud_type is not None:
-        h["fraud"][:] = 1
-        h["case"][:] = case
-        rows = [{"customer": customer, "case": case, "fraud_type": fraud_type, "end": int(h["t"].max()),
-                 "label_delay": 0.0}]
-    return _to_frame([h], w, pd.Timestamp(cfg.start, tz="UTC"), rows)
+        columns["fraud"][:] = 1
+        columns["case"][:] = case
+        case_rows = [{"customer": customer, "case": case, "fraud_type": fraud_type, "end": int(columns["t"].max()),
+                      "label_delay": 0.0}]
+    return _to_frame([columns], w, pd.Timestamp(cfg.start, tz="UTC"), case_rows)
 
 
 def generate(cfg: SynthConfig, chunk_size: int = 500, progress: bool = False) -> SynthData:
     """Generate the bank of ``cfg`` (identical for every ``chunk_size``)."""
     cfg.validate()
-    s_world, s_merch, s_fraud, s_cust = _streams(cfg)
-    world = build_world(cfg, np.random.default_rng(s_world), np.random.default_rng(s_merch))
-    ct = _card_testing(cfg, world, np.random.default_rng(s_fraud))
+    world_stream, merchant_stream, fraud_stream, customer_stream = _streams(cfg)
+    world = build_world(cfg, np.random.default_rng(world_stream), np.random.default_rng(merchant_stream))
+    card_testing = _card_testing(cfg, world, np.random.default_rng(fraud_stream))
     start = pd.Timestamp(cfg.start, tz="UTC")
     frames, profiles, case_rows = [], [], []
     bar = None
@@ -797,96 +931,106 @@ def generate(cfg: SynthConfig, chunk_size: int = 500, progress: bool = False) ->
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.n_customers, desc="customers", unit="cust")
-    for lo in range(0, cfg.n_customers, chunk_size):
+    # customers in chunks (one frame each); customer i draws from its own child stream
+    for chunk_start in range(0, cfg.n_customers, chunk_size):
         chunk = []
-        for i in range(lo, min(cfg.n_customers, lo + chunk_size)):
-            seq = np.random.SeedSequence(s_cust.entropy, spawn_key=(*s_cust.spawn_key, i))
-            hist, prof, cases = _customer_history(i, cfg, world, ct.get(i, []), seq)
-            hist["cust"] = np.full(len(hist["t"]), i)
-            hist["k"] = np.arange(len(hist["t"]))
-            chunk.append(hist)
-            profiles.append(prof)
-            for c in cases:
-                case_rows.append({**c, "customer": i})
+        for customer in range(chunk_start, min(cfg.n_customers, chunk_start + chunk_size)):
+            seed_seq = np.random.SeedSequence(customer_stream.entropy, spawn_key=(*customer_stream.spawn_key, customer))
+            history, profile, cases = _customer_history(customer, cfg, world, card_testing.get(customer, []), seed_seq)
+            history["cust"] = np.full(len(history["t"]), customer)
+            history["k"] = np.arange(len(history["t"]))
+            chunk.append(history)
+            profiles.append(profile)
+            case_rows.extend({**case, "customer": customer} for case in cases)
         frames.append(_to_frame(chunk, world, start, case_rows))
         if bar:
-            bar.update(min(cfg.n_customers, lo + chunk_size) - lo)
+            bar.update(min(cfg.n_customers, chunk_start + chunk_size) - chunk_start)
     if bar:
         bar.close()
-    txns = pd.concat(frames, ignore_index=True)
-    for col in ("merchant_city", "device_id", "fraud_type", "fraud_case_id"):
-        txns[col] = txns[col].astype("str")  # one dtype whatever a chunk held
-    txns = txns.sort_values(["timestamp", "transaction_id"], kind="stable").reset_index(drop=True)
-    cases = pd.DataFrame([{
-        "case_id": f"F{r['customer']:06d}_{r['case']:02d}", "customer_id": f"C{r['customer']:06d}",
-        "fraud_type": r["fraud_type"], "start": start + pd.to_timedelta(r["start"], unit="s"),
-        "end": start + pd.to_timedelta(r["end"], unit="s"), "n_txns": r["n_txns"],
-        "compromise_merchant_id": None if r["compromise_merchant"] is None else f"M{r['compromise_merchant']:06d}",
-    } for r in case_rows], columns=["case_id", "customer_id", "fraud_type", "start", "end", "n_txns",
-                                    "compromise_merchant_id"])
-    merchants = _merchant_table(world, start)
-    return SynthData(txns, pd.DataFrame(profiles), merchants, cases)
+    transactions = pd.concat(frames, ignore_index=True)
+    for column in ("merchant_city", "device_id", "fraud_type", "fraud_case_id"):
+        transactions[column] = transactions[column].astype("str")  # one dtype whatever a chunk held
+    transactions = transactions.sort_values(["timestamp", "transaction_id"], kind="stable").reset_index(drop=True)
+    fraud_cases = pd.DataFrame([{
+        "case_id": f"F{row['customer']:06d}_{row['case']:02d}", "customer_id": f"C{row['customer']:06d}",
+        "fraud_type": row["fraud_type"], "start": start + pd.to_timedelta(row["start"], unit="s"),
+        "end": start + pd.to_timedelta(row["end"], unit="s"), "n_txns": row["n_txns"],
+        "compromise_merchant_id": (None if row["compromise_merchant"] is None
+                                   else f"M{row['compromise_merchant']:06d}"),
+    } for row in case_rows], columns=["case_id", "customer_id", "fraud_type", "start", "end", "n_txns",
+                                      "compromise_merchant_id"])
+    return SynthData(transactions, pd.DataFrame(profiles), _merchant_table(world, start), fraud_cases)
 
 
+# -- the exported tables ----------------------------------------------------------------------------------
 def _to_frame(chunk: list[dict], w: World, start, case_rows: list[dict]) -> pd.DataFrame:
-    h = {c: np.concatenate([x[c] for x in chunk]) for c in (*COLS, "cust", "k")}
-    m = h["merchant"]
-    ts = start + pd.to_timedelta(h["t"], unit="s")
-    case_lookup = {(r["customer"], r["case"]): r for r in case_rows}
-    fraud = h["fraud"].astype(bool)
-    ftype = np.array([None] * len(m), dtype=object)
-    fcase = np.array([None] * len(m), dtype=object)
-    avail = np.full(len(m), np.nan)
-    for i in np.flatnonzero(fraud):
-        r = case_lookup[(int(h["cust"][i]), int(h["case"][i]))]
-        ftype[i], fcase[i] = r["fraud_type"], f"F{int(h['cust'][i]):06d}_{r['case']:02d}"
-        avail[i] = r["end"] + round(r["label_delay"])
-    label_at = start + pd.to_timedelta(np.where(fraud, avail, 0), unit="s")
-    dev = h["device"]
-    own = np.char.add(np.char.add(np.char.add("D", h["cust"].astype(str)), "_"), dev.astype(str))
-    campaign = np.char.add("FD", (dev - 20_000).astype(str))  # card-testing devices are shared across victims
-    device = np.where(dev >= 20_000, campaign, np.where(dev >= 0, own, None))
+    """The transactions table of ``chunk`` (blocks with ``cust`` and ``k``, the customer and its row
+    number); ``case_rows`` give each fraud its pattern, case id and label time."""
+    world = w
+    columns = {column: np.concatenate([block[column] for block in chunk]) for column in (*COLS, "cust", "k")}
+    merchant, customer = columns["merchant"], columns["cust"]
+    # labels: a fraud's pattern, its case and when its label is known (the case's end + the label delay)
+    case_of = {(row["customer"], row["case"]): row for row in case_rows}
+    fraud = columns["fraud"].astype(bool)
+    fraud_type = np.array([None] * len(merchant), dtype=object)
+    fraud_case = np.array([None] * len(merchant), dtype=object)
+    available = np.full(len(merchant), np.nan)
+    for row_index in np.flatnonzero(fraud):
+        case = case_of[(int(customer[row_index]), int(columns["case"][row_index]))]
+        fraud_type[row_index] = case["fraud_type"]
+        fraud_case[row_index] = f"F{int(customer[row_index]):06d}_{case['case']:02d}"
+        available[row_index] = case["end"] + round(case["label_delay"])
+    label_at = start + pd.to_timedelta(np.where(fraud, available, 0), unit="s")
+    # device ids: a customer's own, or a card-testing campaign's (shared across its victims)
+    device = columns["device"]
+    own = np.char.add(np.char.add(np.char.add("D", customer.astype(str)), "_"), device.astype(str))
+    campaign = np.char.add("FD", (device - CAMPAIGN_DEVICE).astype(str))
+    device_id = np.where(device >= CAMPAIGN_DEVICE, campaign, np.where(device >= 0, own, None))
+    customer_number = np.char.zfill(customer.astype(str), 6)
     return pd.DataFrame({
-        "transaction_id": np.char.add(np.char.add("T", np.char.zfill(h["cust"].astype(str), 6)),
-                                      np.char.zfill(h["k"].astype(str), 5)),
-        "customer_id": np.char.add("C", np.char.zfill(h["cust"].astype(str), 6)),
-        "card_id": np.char.add(np.char.add(np.char.add("K", np.char.zfill(h["cust"].astype(str), 6)), "_"),
-                               h["card"].astype(str)),
-        "timestamp": ts.astype("datetime64[us, UTC]"),
-        "tz_offset_min": h["tz"].astype(np.int16),
-        "amount": h["amount"].round(2),
-        "currency": np.where(w.m_online[m], np.where(w.m_country[m] == "US", "USD", w.m_currency[m]), w.m_currency[m]),
-        "txn_type": np.array(TXN_TYPES)[h["txn_type"]],
-        "mcc": MCC[w.m_mcc[m]].astype(np.int64),
-        "merchant_id": np.char.add("M", np.char.zfill(m.astype(str), 6)),
-        "merchant_name": np.char.add("Merchant ", m.astype(str)),
-        "merchant_city": np.where(w.m_city[m] >= 0, np.char.add("city_", w.m_city[m].astype(str)), None),
-        "merchant_country": w.m_country[m],
-        "merchant_lat": w.m_lat[m].round(5),
-        "merchant_lon": w.m_lon[m].round(5),
-        "entry_mode": np.array(ENTRY)[h["entry"]],
-        "auth_method": np.array(AUTH)[h["auth"]],
-        "device_id": device,
-        "response_code": np.array(RESP)[h["response"]],
+        "transaction_id": np.char.add(np.char.add("T", customer_number), np.char.zfill(columns["k"].astype(str), 5)),
+        "customer_id": np.char.add("C", customer_number),
+        "card_id": np.char.add(np.char.add(np.char.add("K", customer_number), "_"), columns["card"].astype(str)),
+        "timestamp": (start + pd.to_timedelta(columns["t"], unit="s")).astype("datetime64[us, UTC]"),
+        "tz_offset_min": columns["tz"].astype(np.int16),
+        "amount": columns["amount"].round(2),
+        "currency": np.where(world.merchant_online[merchant],
+                             np.where(world.merchant_country[merchant] == "US", "USD", world.merchant_currency[merchant]),
+                             world.merchant_currency[merchant]),
+        "txn_type": np.array(TXN_TYPES)[columns["txn_type"]],
+        "mcc": MCC[world.merchant_mcc[merchant]].astype(np.int64),
+        "merchant_id": np.char.add("M", np.char.zfill(merchant.astype(str), 6)),
+        "merchant_name": np.char.add("Merchant ", merchant.astype(str)),
+        "merchant_city": np.where(world.merchant_city[merchant] >= 0,
+                                  np.char.add("city_", world.merchant_city[merchant].astype(str)), None),
+        "merchant_country": world.merchant_country[merchant],
+        "merchant_lat": world.merchant_lat[merchant].round(5),
+        "merchant_lon": world.merchant_lon[merchant].round(5),
+        "entry_mode": np.array(ENTRY)[columns["entry"]],
+        "auth_method": np.array(AUTH)[columns["auth"]],
+        "device_id": device_id,
+        "response_code": np.array(RESP)[columns["response"]],
         "is_fraud": fraud.astype(np.int8),
-        "fraud_type": ftype,
-        "fraud_case_id": fcase,
+        "fraud_type": fraud_type,
+        "fraud_case_id": fraud_case,
         "label_available_at": pd.Series(label_at.astype("datetime64[us, UTC]")).where(fraud),
     })
 
 
-def _merchant_table(w: World, start) -> pd.DataFrame:
-    n = len(w.m_mcc)
-    comp_from = np.full(n, np.nan)
-    comp_to = np.full(n, np.nan)
-    for m, s, e in w.compromised:
-        comp_from[m], comp_to[m] = s * 86400, e * 86400
-    has = ~np.isnan(comp_from)
+def _merchant_table(world: World, start) -> pd.DataFrame:
+    """The merchants table, with each compromised merchant's skimming window."""
+    n_merchants = len(world.merchant_mcc)
+    compromised_from = np.full(n_merchants, np.nan)
+    compromised_to = np.full(n_merchants, np.nan)
+    for merchant, first_day, end_day in world.compromised:
+        compromised_from[merchant], compromised_to[merchant] = first_day * 86400, end_day * 86400
+    compromised = ~np.isnan(compromised_from)
     return pd.DataFrame({
-        "merchant_id": [f"M{i:06d}" for i in range(n)], "name": [f"Merchant {i}" for i in range(n)],
-        "mcc": MCC[w.m_mcc], "is_online": w.m_online,
-        "city": [f"city_{c}" if c >= 0 else None for c in w.m_city], "country": w.m_country,
-        "lat": w.m_lat, "lon": w.m_lon,
-        "compromised_from": pd.Series(start + pd.to_timedelta(np.nan_to_num(comp_from), unit="s")).where(has),
-        "compromised_to": pd.Series(start + pd.to_timedelta(np.nan_to_num(comp_to), unit="s")).where(has),
+        "merchant_id": [f"M{number:06d}" for number in range(n_merchants)],
+        "name": [f"Merchant {number}" for number in range(n_merchants)],
+        "mcc": MCC[world.merchant_mcc], "is_online": world.merchant_online,
+        "city": [f"city_{city}" if city >= 0 else None for city in world.merchant_city], "country": world.merchant_country,
+        "lat": world.merchant_lat, "lon": world.merchant_lon,
+        "compromised_from": pd.Series(start + pd.to_timedelta(np.nan_to_num(compromised_from), unit="s")).where(compromised),
+        "compromised_to": pd.Series(start + pd.to_timedelta(np.nan_to_num(compromised_to), unit="s")).where(compromised),
     })

@@ -26,6 +26,7 @@ from .._deps import pd
 from ..data.bank import Bank
 from .augmented import encoder_shift, hgb_encoder_scores
 from .baseline import HGB_VARIANTS, cached_hgb_scores, data_key, token_lr_scores
+from .kinds import ModelKind, fraud_model_kind, kind_of
 from .score import score_bank, score_states
 from .stacking import stacked_scores
 
@@ -208,8 +209,10 @@ def _ci(values) -> list[float]:
 SEQUENCE_FLOOR = "token_lr"  # every sequence recipe is reported against this per-row floor
 
 
-def _all_scores(bank: Bank, fraud_model, encoder, models: dict, cache_dir, device, progress, stacking: bool):
-    """Every model's scores ``[N]``, the fit info and the timings of :func:`evaluate_models`."""
+def _all_scores(bank: Bank, fraud_model, encoder, models: dict, cache_dir, device, progress, stacking: bool,
+                kinds: dict[str, ModelKind]):
+    """Every model's scores ``[N]``, the fit info and the timings of :func:`evaluate_models` (``kinds``:
+    the further models')."""
     timings, info = {}, {}
     all_scores: dict[str, np.ndarray] = {}
     key = data_key(bank) if cache_dir is not None else None
@@ -231,7 +234,7 @@ def _all_scores(bank: Bank, fraud_model, encoder, models: dict, cache_dir, devic
         all_scores[name] = score_bank(m, bank, bank.cuts["val_start"], device=device, progress=progress)
         timings[f"{name}_scoring"] = time.perf_counter() - t0
     if fraud_model is not None and stacking:
-        all_scores["stacked"], info["stacked"] = stacked_scores(bank, all_scores)
+        all_scores["stacked"], info["stacked"] = stacked_scores(bank, all_scores, kinds=kinds)
     return all_scores, info, timings
 
 
@@ -271,8 +274,8 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
 
     Args:
         models: further fraud models (name -> model) scored like ``fraud_model``, e.g. the
-            label-fraction seeds or a joint-fusion model (a name starting with ``joint`` is a stacker
-            input); ``pairs``: further paired differences to bootstrap.
+            label-fraction seeds or a joint-fusion model (whose head reads tabular features: a fused
+            model and a stacker input, :mod:`.kinds`); ``pairs``: further paired differences to bootstrap.
         cache_dir: where the gradient-boosting scores are kept between evaluations of the same bank
             (:func:`~.baseline.cached_hgb_scores`; None: always fitted).
         primary: criterion 2's one pre-declared comparison (``stacked``, ``hgb_rolling_encoder`` or a joint
@@ -280,12 +283,14 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
             ``hgb_rolling_encoder``. The other fused models are shown as secondary, not counted.
         arms: arm name -> its seeds' model names (two arms: criterion 4's pretrained and scratch).
     """
-    fused = ["stacked"] if fraud_model is not None and stacking else []
-    fused += ["hgb_rolling_encoder"] * (encoder is not None) + [n for n in models or {} if n.startswith("joint")]
+    kinds = {name: fraud_model_kind(model) for name, model in (models or {}).items()}
+    rows = ["stacked"] * (fraud_model is not None and stacking) + ["hgb_rolling_encoder"] * (encoder is not None)
+    fused = [name for name in [*rows, *(models or {})] if kind_of(name, kinds).fused]
     primary = primary or ("stacked" if "stacked" in fused else "hgb_rolling_encoder")
     if fused and primary not in fused:
         raise ValueError(f"the primary comparison {primary!r} is not among the fused models evaluated {fused}")
-    all_scores, info, timings = _all_scores(bank, fraud_model, encoder, models, cache_dir, device, progress, stacking)
+    all_scores, info, timings = _all_scores(bank, fraud_model, encoder, models, cache_dir, device, progress, stacking,
+                                            kinds)
     df = bank.df
     test = bank.period_mask(bank.cuts["test_start"], None)
     val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
@@ -300,10 +305,10 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         result["models"][name] = _model_metrics(bank, s, test, y, y_val, val & (y_val >= 0), ftype)
     if "stacked" in info:
         result["models"]["stacked"]["stacker"] = {k: v for k, v in info["stacked"].items()}
-    recipes = [n for n in all_scores if n == "sequence" or n.startswith(("joint", "lf_")) or n in (models or {})]
+    recipes = [name for name in all_scores if kind_of(name, kinds).recipe]
     seq_pairs = [("sequence", "hgb_rolling"), ("sequence", "hgb_raw")] if fraud_model is not None else []
     pairs = [*seq_pairs, ("hgb_rolling", "hgb_raw"), ("hgb_rolling_risk", "hgb_rolling"),
-             *[(name, "hgb_rolling") for name in all_scores if name.startswith(FUSED)],
+             *[(name, "hgb_rolling") for name in all_scores if kind_of(name, kinds).fused],
              *[(name, SEQUENCE_FLOOR) for name in recipes], *pairs]
     result["bootstrap"] = bootstrap(y, {k: v[test] for k, v in all_scores.items()}, df["customer_id"].to_numpy()[test],
                                     n_boot, pairs=list(dict.fromkeys(pairs)), arms=arms)
@@ -312,7 +317,7 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
     if arms:
         result["arms"] = {arm: _arm_means(result["models"], names) for arm, names in arms.items()}
     result.update(extra or {})
-    result["criteria"] = usefulness_criteria(result)
+    result["criteria"] = usefulness_criteria(result, kinds)
     if out_dir is not None:
         write_report(result, {k: v[test] for k, v in all_scores.items()}, y, Path(out_dir))
     return result
@@ -383,21 +388,20 @@ def _criterion(result: dict, name: str, a: str, b: str, min_pr: float, min_recal
     return out
 
 
-# the models that join the encoder to the rolling features (criterion 2): one is the report's primary
-FUSED = ("stacked", "joint", "hgb_rolling_encoder")
 CRITERIA_MARGINS = {"1 parity": -0.01, "2 useful": 0.03, "2 useful (recall)": 0.05, "3 strong": 0.03,
                     "4 pretraining pays": 0.05}
 
 
-def usefulness_criteria(result: dict) -> list[dict]:
+def usefulness_criteria(result: dict, kinds: dict[str, ModelKind] | None = None) -> list[dict]:
     """When the sequence model counts as useful, on the test set with paired customer-bootstrap CIs:
 
     1. parity: sequence - HGB-rolling PR-AUC >= -0.01;
     2. useful: the report's one pre-declared primary (``result["primary"]``, e.g. ``"stacked -
        hgb_rolling"``; default ``stacked``) PR-AUC >= +0.03, or recall at 0.1% FPR >= +0.05. Every other
-       fused model present (a name starting with ``stacked``, ``joint`` or ``hgb_rolling_encoder``) is
-       shown as ``2 useful, secondary (<name>)`` with ``counted: False``: several comparisons are never
-       pooled into one "any of them passed";
+       fused model present (a row whose kind is fused: ``stacked``, ``hgb_rolling_encoder``, joint fusion;
+       ``kinds``: the further models' kinds, :func:`~.kinds.kind_of`) is shown as ``2 useful, secondary
+       (<name>)`` with ``counted: False``: several comparisons are never pooled into one "any of them
+       passed";
     3. strong: sequence - HGB-rolling PR-AUC >= +0.03;
     4. pretraining pays: with a fraction of the labels, pretrained - from-scratch PR-AUC >= +0.05; with
        ``result["arms"]`` (seeds per arm) the arms' seed means, the CI over customers and seeds.
@@ -410,7 +414,7 @@ def usefulness_criteria(result: dict) -> list[dict]:
     m = CRITERIA_MARGINS
     primary = result.get("primary", "stacked - hgb_rolling").split(" - ")[0]
     out = [_criterion(result, "1 parity", "sequence", "hgb_rolling", m["1 parity"])]
-    fused = [n for n in result["models"] if n.startswith(FUSED)]
+    fused = [name for name in result["models"] if kind_of(name, kinds).fused]
     for name in sorted(fused, key=lambda n: n != primary):
         label = "2 useful" if name == primary else f"2 useful, secondary ({name})"
         c = _criterion(result, label, name, "hgb_rolling", m["2 useful"], m["2 useful (recall)"])

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._deps import pd
 from ..data.bank import Bank
+from .kinds import ModelKind, kind_of
 
 FOLDS = 5
 MIN_POSITIVES = 10  # fewer validation frauds than this: no blend is fitted (the best input is taken)
@@ -123,18 +124,17 @@ def blend(scores: dict[str, np.ndarray], y: np.ndarray, fit_rows: np.ndarray, gr
         **info, "choice": "blend", "reason": f"blend out-of-fold PR-AUC {oof_ap:.4f} > {best}'s {single[best]:.4f}"}
 
 
-STACK_INPUTS = ("hgb_rolling", "sequence")  # and every joint-fusion model (a name starting with "joint")
+def stack_inputs(all_scores: dict[str, np.ndarray], kinds: dict[str, ModelKind] | None = None) -> dict[str, np.ndarray]:
+    """The stacker's inputs among a report's scores: the rows whose kind is a stack input (HGB-rolling,
+    the sequence model, joint fusion; ``kinds``: the further models' kinds, :func:`~.kinds.kind_of`)."""
+    return {name: scores for name, scores in all_scores.items() if kind_of(name, kinds).stack_input}
 
 
-def stack_inputs(all_scores: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The stacker's inputs among a report's scores: HGB-rolling, the sequence model, joint fusion."""
-    return {n: s for n, s in all_scores.items() if n in STACK_INPUTS or n.startswith("joint")}
-
-
-def stacked_scores(bank: Bank, all_scores: dict[str, np.ndarray], labels_at=None) -> tuple[np.ndarray, dict]:
+def stacked_scores(bank: Bank, all_scores: dict[str, np.ndarray], labels_at=None,
+                   kinds: dict[str, ModelKind] | None = None) -> tuple[np.ndarray, dict]:
     """:func:`blend` of :func:`stack_inputs` fitted on the bank's validation period, with the labels known
     by ``labels_at`` (default the start of test, as every other validation choice of the report)."""
-    inputs = stack_inputs(all_scores)
+    inputs = stack_inputs(all_scores, kinds)
     if len(inputs) < 2:
         raise ValueError(f"the stacker needs HGB-rolling and a sequence model's scores, got {sorted(inputs)}")
     n = len(bank.df)

@@ -1,11 +1,13 @@
 """The heads wing of :mod:`slmlab.transactions`: the fine-tuned models on the encoder, one module each,
-and :data:`HEADS`, the one table of them (:mod:`.spec`).
+and :data:`HEADS`, the one table of them (:mod:`.spec`), whose rows also declare each head's ``finetune``
+options (:class:`HeadFlag`, all of them :data:`HEAD_FLAGS`).
 
 - :mod:`.fraud`: per-transaction fraud (``transaction``), its losses and config;
 - :mod:`.surprisal`: the pretrained heads' per-field surprisal as fraud-head inputs;
 - :mod:`.sequence`: window-level fraud (``sequence``);
 - :mod:`.forecast`: next-transaction forecast (``forecast``);
-- :mod:`.customer`: customer embeddings with InfoNCE (``customer``).
+- :mod:`.customer`: customer embeddings with InfoNCE (``customer``);
+- :mod:`.joint`: the joint-fusion fraud head (``transaction`` with ``--tabular rolling``).
 
 Imports point down: heads read :mod:`slmlab.transactions.model` and the data wing, never evaluation,
 training or the demo.
@@ -15,14 +17,16 @@ from .customer import CustomerEmbeddingConfig, CustomerEmbeddingHead, CustomerEm
 from .forecast import NextTransactionConfig, NextTransactionHead, NextTransactionModel
 from .fraud import TransactionFraudConfig, TransactionFraudHead, TransactionFraudModel
 from .sequence import SequenceFraudConfig, SequenceFraudHead, SequenceFraudModel
-from .spec import HEADS, HeadSpec, head_spec
+from .spec import HEAD_FLAGS, HEADS, HeadFlag, HeadSpec, head_spec
 from .surprisal import SurprisalFraudHead
 
 __all__ = [
     "HEADS",
+    "HEAD_FLAGS",
     "CustomerEmbeddingConfig",
     "CustomerEmbeddingHead",
     "CustomerEmbeddingModel",
+    "HeadFlag",
     "HeadSpec",
     "NextTransactionConfig",
     "NextTransactionHead",

@@ -3,14 +3,15 @@
 A :class:`HeadSpec` says everything fine-tuning, the CLI and the tests need about a head: its model
 class (whose ``config_class`` holds the head's own config fields), how a batch's labels are made, which
 windows it trains and validates on (and the config values those fix, e.g. ``pos_weight``), how it is
-evaluated, and which of the ``finetune`` command's options apply to it. ``slmlab transactions finetune
---head`` offers exactly the names of this table.
+evaluated, and the ``finetune`` command's options that set its config (:class:`HeadFlag` rows, from which
+the command builds those options). ``slmlab transactions finetune --head`` offers exactly the names of
+this table; a new head, with its options, is one row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -28,6 +29,34 @@ HeadEvaluate = Callable[[TxnHeadModel, Windows, int], dict]
 
 
 @dataclass(frozen=True)
+class HeadFlag:
+    """A ``slmlab transactions finetune`` option that sets a field of one head's config.
+
+    Attributes:
+        option: the option's name as argparse stores it (``head_inputs`` is ``--head-inputs``).
+        field: the head config field it sets.
+        help: its ``--help`` line.
+        type, default, choices: as ``argparse.ArgumentParser.add_argument`` takes them.
+    """
+
+    option: str
+    field: str
+    help: str
+    type: Callable[[str], object] | None = None
+    default: object = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        """The command-line spelling, ``--head-inputs``."""
+        return "--" + self.option.replace("_", "-")
+
+    def add_to(self, parser) -> None:
+        """Add the option to an ``argparse`` parser."""
+        parser.add_argument(self.flag, type=self.type, default=self.default, choices=self.choices, help=self.help)
+
+
+@dataclass(frozen=True)
 class HeadSpec:
     """One fine-tuning head.
 
@@ -38,7 +67,7 @@ class HeadSpec:
         windows: its training / validation windows and the config values they fix (:data:`HeadWindows`).
         evaluate: its validation metrics (:data:`HeadEvaluate`).
         data_options: which of :class:`~slmlab.transactions.data.windows.WindowOptions`' fields apply.
-        cli_options: ``finetune`` option (argparse name) -> the head config field it sets.
+        flags: the ``finetune`` options that set this head's config fields (:class:`HeadFlag`).
     """
 
     name: str
@@ -47,11 +76,16 @@ class HeadSpec:
     windows: HeadWindows
     evaluate: HeadEvaluate
     data_options: tuple[str, ...] = ()
-    cli_options: dict[str, str] = field(default_factory=dict)
+    flags: tuple[HeadFlag, ...] = ()
 
     @property
     def config_class(self) -> type[TxnHeadConfig]:
         return self.model_class.config_class
+
+    @property
+    def cli_options(self) -> dict[str, str]:
+        """``finetune`` option (argparse name) -> the head config field it sets."""
+        return {flag.option: flag.field for flag in self.flags}
 
     @property
     def config_fields(self) -> tuple[str, ...]:
@@ -62,17 +96,30 @@ class HeadSpec:
 HEADS: dict[str, HeadSpec] = {spec.name: spec for spec in (
     HeadSpec("transaction", fraud.TransactionFraudModel, labels=fraud.transaction_labels,
              windows=fraud.training_windows, evaluate=fraud.fraud_eval,
-             data_options=("keep_negative", "fraud_share", "label_fraction", "seed"),
-             cli_options={"loss": "fraud_loss", "focal_gamma": "focal_gamma", "head_inputs": "fraud_head_inputs",
-                          "head_hidden": "fraud_hidden", "tabular": "fraud_tabular", "head_dropout": "fraud_dropout"}),
+             data_options=("keep_negative", "fraud_share", "label_fraction", "seed"), flags=(
+                 HeadFlag("loss", "fraud_loss", "fraud loss (default bce)", default="bce",
+                          choices=fraud.FRAUD_LOSSES),
+                 HeadFlag("focal_gamma", "focal_gamma", "focusing exponent of --loss focal", float, 2.0),
+                 HeadFlag("head_inputs", "fraud_head_inputs", "fraud head inputs: the state, the pretrained heads'"
+                          " per-field surprisal, or both", default="state", choices=fraud.HEAD_INPUTS),
+                 HeadFlag("head_hidden", "fraud_hidden", "fraud head MLP width (0: logistic; default D/2 for state,"
+                          " 16 otherwise)", int),
+                 HeadFlag("head_dropout", "fraud_dropout", "dropout of the fraud head MLP (default 0.1)", float, 0.1),
+                 HeadFlag("tabular", "fraud_tabular", "joint fusion: the fraud head also reads each transaction's"
+                          " rolling features (the HGB-rolling baseline's, from earlier rows only), trained end to"
+                          " end", default="none", choices=fraud.TABULAR_CHOICES))),
     HeadSpec("sequence", sequence.SequenceFraudModel, labels=sequence.sequence_labels,
              windows=sequence.training_windows, evaluate=sequence.sequence_eval,
-             data_options=("keep_negative", "fraud_share", "seed"), cli_options={"recent_k": "sequence_recent_k"}),
+             data_options=("keep_negative", "fraud_share", "seed"), flags=(
+                 HeadFlag("recent_k", "sequence_recent_k", "--head sequence: label a window by fraud among its K"
+                          " newest transactions", int),)),
     HeadSpec("forecast", forecast.NextTransactionModel, labels=forecast.forecast_labels,
              windows=forecast.training_windows, evaluate=forecast.forecast_eval),
     HeadSpec("customer", customer.CustomerEmbeddingModel, labels=customer.pair_labels,
              windows=customer.training_windows, evaluate=customer.customer_eval),
 )}
+# every head's flags, in table order (an option belongs to one head)
+HEAD_FLAGS: tuple[HeadFlag, ...] = tuple(flag for spec in HEADS.values() for flag in spec.flags)
 
 
 def head_spec(name: str) -> HeadSpec:
