@@ -19,7 +19,7 @@ pytest.importorskip("sklearn")
 from slmlab.transactions.data.bank import export  # noqa: E402
 from slmlab.transactions.data.synth import (  # noqa: E402
     CT_MCCS,
-    MI,
+    MCC_INDEX,
     PATTERNS,
     SynthConfig,
     account_takeover_block,
@@ -66,12 +66,12 @@ def test_the_spree_builders_are_unchanged():
     cfg = SynthConfig.from_preset("tiny", seed=1)
     world = world_of(cfg)
     rng = np.random.default_rng(7)
-    pool = np.concatenate([world.online.get(MI[m], np.zeros(0, int)) for m in CT_MCCS])
+    pool = np.concatenate([world.online.get(MCC_INDEX[m], np.zeros(0, int)) for m in CT_MCCS])
     ev = card_testing_attempts(rng, pool[:2], pool[2:5], 3600, 29_000, cfg.difficulty, cfg.behaviour)
     card_testing = txn_block(len(ev["t"]), t=ev["t"], merchant=ev["merchant"], amount=ev["amount"],
                              txn_type=ev["txn_type"], entry=4, auth=ev["auth"], device=ev["device"],
                              response=ev["response"], tz=-300)
-    mcc_w = np.full(len(MI), 1.0 / len(MI))
+    mcc_w = np.full(len(MCC_INDEX), 1.0 / len(MCC_INDEX))
     takeover = account_takeover_block(rng, world, mcc_w, np.array([12.0, 40.0, 0.0, 75.5]), cfg.difficulty, -300,
                                       10_900, (7200, 7201), cfg.behaviour)
     stolen = lost_stolen_block(rng, world, 3, cfg.difficulty, -300, (9000, 9001), cfg.behaviour)

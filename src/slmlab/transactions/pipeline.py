@@ -189,7 +189,8 @@ def evaluate(data: str | Path, out: str | Path, model: str | Path | None = None,
     run folder) adds ``hgb_rolling_encoder``; with ``label_fraction`` it also fine-tunes from it and from
     scratch on that share of the labels, ``seeds`` times each (default 3; ``keep_negative``, ``files`` and
     ``overrides`` as ``finetune``'s), for criterion 4. ``also``: further fine-tuned run folders by report
-    name (e.g. ``{"joint": "runs/ftj"}``: a name starting with ``joint`` is a stacker input); ``cache``: a
+    name (e.g. ``{"joint": "runs/ftj"}``; one whose head reads tabular features is fused and a stacker input,
+    :func:`.evaluation.kinds.fraud_model_kind`, whatever its name); ``cache``: a
     folder keeping the boosters' scores between evaluations of the same bank; ``val_windows``: the
     few-label runs validate on a seeded sample of that many windows; ``primary``: criterion 2's pre-declared
     comparison, ``stacked`` (needs ``model``) or ``hgb_rolling_encoder`` (needs ``encoder``); default

@@ -48,7 +48,6 @@ MCC_SIGMA = np.array([row[4] for row in MCC_TABLE], float)
 MCC_ONLINE = np.array([row[5] for row in MCC_TABLE], float)
 MCC_RECURRING = np.array([row[7] for row in MCC_TABLE])  # bought by monthly subscription only
 MCC_INDEX = {code: index for index, code in enumerate(MCC)}  # code -> row
-MI = MCC_INDEX  # the demo's name for it
 FUEL, ATM, MONEY_TRANSFER = MCC_INDEX[5541], MCC_INDEX[6011], MCC_INDEX[4829]
 
 

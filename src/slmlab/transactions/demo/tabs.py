@@ -42,7 +42,7 @@ from ..data.schema import MASK, home_locations
 from ..data.synth import (
     CT_MCCS,
     MCC,
-    MI,
+    MCC_INDEX,
     account_takeover_block,
     blocks_to_frame,
     card_testing_attempts,
@@ -282,8 +282,8 @@ def inject_spree(state: DemoState, customer_id: str, kind: str, injected: pd.Dat
     rng = np.random.default_rng([int(seed), idx, SPREES.index(kind), len(injected) if injected is not None else 0])
     tz = int(df["tz_offset_min"].iloc[-1]) if "tz_offset_min" in df else 0
     if kind == "card_testing":
-        pool = np.concatenate([w.online.get(MI[m], np.zeros(0, int)) for m in CT_MCCS])
-        cashout = np.concatenate([w.online.get(MI[m], np.zeros(0, int)) for m in (5732, 6540, 5944)])
+        pool = np.concatenate([w.online.get(MCC_INDEX[m], np.zeros(0, int)) for m in CT_MCCS])
+        cashout = np.concatenate([w.online.get(MCC_INDEX[m], np.zeros(0, int)) for m in (5732, 6540, 5944)])
         merchants = pool[rng.integers(0, len(pool), int(rng.integers(1, 3)))]
         ev = card_testing_attempts(rng, merchants, cashout, t0, 20_000 + 9_000 + idx, cfg.difficulty, cfg.behaviour)
         block = txn_block(len(ev["t"]), t=ev["t"], merchant=ev["merchant"], amount=ev["amount"], txn_type=ev["txn_type"],
@@ -292,8 +292,8 @@ def inject_spree(state: DemoState, customer_id: str, kind: str, injected: pd.Dat
         counts = df["mcc"].value_counts()
         mcc_w = np.zeros(len(MCC))
         for m, c in counts.items():
-            if int(m) in MI:
-                mcc_w[MI[int(m)]] = c
+            if int(m) in MCC_INDEX:
+                mcc_w[MCC_INDEX[int(m)]] = c
         block = account_takeover_block(rng, w, mcc_w / max(mcc_w.sum(), 1), df["amount"].to_numpy(float),
                                        cfg.difficulty, tz, 10_000 + 900 + len(df), (t0, t0 + 1), cfg.behaviour)
     else:
