@@ -8,13 +8,9 @@ derives positions from that mask, so a padded row decodes exactly as it would al
 or abandoned row leaves by :meth:`ModelCache.reorder_cache`; leading columns that no remaining row
 uses are cut off, so the batch never grows longer than its longest live row.
 
-What the join needs from a family's cache, and checks: each layer's state is of the same type in
-both caches; keys/values of a :class:`KVState` (and its subclasses) are the only tensors with a
-sequence axis (dim 2, ``length / seen_tokens`` slots per token: 1, or 2 for NanoHammer's interleaved
-state tokens, ``P`` for NeoLLM's pseudo-heads); every other tensor holds one entry per row (conv
-windows, running sums, last-token states) and every non-tensor field (a frozen window, a mode
-flag) is equal in both. :func:`batching_refusal` runs a small join-and-decode probe against
-separate decoding at start-up; a family that fails it is served one request at a time.
+The cache does the surgery (:meth:`ModelCache.join`, :meth:`ModelCache.drop_leading`: each state
+pads, joins and trims itself, or refuses). :func:`batching_refusal` runs a small join-and-decode
+probe against separate decoding at start-up; a family that fails it is served one request at a time.
 """
 
 from __future__ import annotations
@@ -24,66 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..layers.cache import ConvState, KVState, LayerState, ModelCache
-
-# Integer fields that count the columns a state has seen (they follow the batch's width on a join
-# and drop with the leading columns cut by ``keep``); every other non-tensor field must agree.
-COLUMN_COUNTERS: dict[type, str] = {ConvState: "seen"}
-
-
-def _counter(state: LayerState) -> str | None:
-    return next((name for kind, name in COLUMN_COUNTERS.items() if isinstance(state, kind) and hasattr(state, name)), None)
-
-
-class CannotBatch(ValueError):
-    """Two caches cannot be joined (different state types, shapes or frozen settings)."""
-
-
-def _slots_per_token(state: KVState, seen: int) -> int:
-    if state.keys is None or seen == 0:
-        return 0
-    if state.length % seen:
-        raise CannotBatch(f"{type(state).__name__} holds {state.length} slots for {seen} tokens")
-    return state.length // seen
-
-
-def _join_state(a: LayerState, b: LayerState, pad_a: int, pad_b: int, seen_a: int, seen_b: int) -> None:
-    """Append ``b``'s rows to ``a`` in place, left-padding ``a``'s sequence by ``pad_a`` tokens and ``b``'s by ``pad_b``."""
-    if type(a) is not type(b):
-        raise CannotBatch(f"state types differ: {type(a).__name__} vs {type(b).__name__}")
-    names = set(vars(a)) | set(vars(b))
-    counter = _counter(a)
-    if counter is not None:
-        names.discard(counter)
-        setattr(a, counter, max(seen_a + pad_a, seen_b + pad_b))
-    if isinstance(a, KVState):
-        names -= {"keys", "values", "length"}
-        ra, rb = _slots_per_token(a, seen_a), _slots_per_token(b, seen_b)
-        if (a.keys is None) != (b.keys is None) or (a.keys is not None and ra != rb):
-            raise CannotBatch(f"{type(a).__name__} holds keys in one cache and not the other, or a different layout")
-        if a.keys is not None:
-            for name in ("keys", "values"):
-                ta, tb = getattr(a, name)[:, :, : a.length], getattr(b, name)[:, :, : b.length]
-                ta = F.pad(ta, (0, 0, pad_a * ra, 0))
-                tb = F.pad(tb, (0, 0, pad_b * rb, 0))
-                if ta.shape[1:] != tb.shape[1:]:
-                    raise CannotBatch(f"{type(a).__name__}.{name} shapes differ: {tuple(ta.shape)} vs {tuple(tb.shape)}")
-                setattr(a, name, torch.cat((ta, tb)))
-            a.length = a.keys.shape[2]
-    for name in names:
-        va, vb = getattr(a, name, None), getattr(b, name, None)
-        if isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor):
-            if va.shape[1:] != vb.shape[1:]:
-                raise CannotBatch(f"{type(a).__name__}.{name} shapes differ: {tuple(va.shape)} vs {tuple(vb.shape)}")
-            setattr(a, name, torch.cat((va, vb.to(va.dtype))))
-        elif isinstance(va, torch.Tensor) or isinstance(vb, torch.Tensor):
-            raise CannotBatch(f"{type(a).__name__}.{name} is set in one cache only")
-        elif va != vb:
-            raise CannotBatch(f"{type(a).__name__}.{name} differs: {va!r} vs {vb!r}")
-
-
-def _states(cache: ModelCache) -> list[LayerState]:
-    return list(cache.layers) + [cache.extra[k] for k in sorted(cache.extra)]
+from ..layers.cache import CannotBatch, ModelCache
 
 
 @dataclass
@@ -139,18 +76,7 @@ class DecodeBatch:
             return
         width = max(self.cache.seen_tokens, seen)
         pad_a, pad_b = width - self.cache.seen_tokens, width - seen
-        ours, theirs = _states(self.cache), _states(cache)
-        if len(ours) != len(theirs) or set(self.cache.extra) != set(cache.extra):
-            raise CannotBatch("the caches have different layers")
-        backup = [dict(vars(s)) for s in ours]
-        try:
-            for a, b in zip(ours, theirs):
-                _join_state(a, b, pad_a, pad_b, self.cache.seen_tokens, seen)
-        except Exception:  # CannotBatch, or a failing concatenation (out of memory): the batch stays as it was
-            for state, saved in zip(ours, backup):
-                vars(state).update(saved)
-            raise
-        self.cache.seen_tokens = width
+        self.cache.join(cache)
         self.mask = torch.cat((F.pad(self.mask, (pad_a, 0)), F.pad(rows.mask, (pad_b, 0))))
         self.last = torch.cat((self.last, tokens.reshape(-1)))
 
@@ -167,16 +93,7 @@ class DecodeBatch:
         used = self.mask.any(0)
         lead = int(used.long().argmax()) if bool(used.any()) else 0
         if lead:
-            seen = self.cache.seen_tokens
-            for state in _states(self.cache):
-                if isinstance(state, KVState) and state.keys is not None:
-                    cut = lead * _slots_per_token(state, seen)
-                    state.keys, state.values = state.keys[:, :, cut:], state.values[:, :, cut:]
-                    state.length -= cut
-                counter = _counter(state)
-                if counter is not None:
-                    setattr(state, counter, max(getattr(state, counter) - lead, 0))
-            self.cache.seen_tokens = seen - lead
+            self.cache.drop_leading(lead)
             self.mask = self.mask[:, lead:]
 
     @torch.inference_mode()
