@@ -125,7 +125,7 @@ class ChatSession:
         from ..data.chat import fit_history
         from ..generation import generate
         from ..serve.chat import chat_stops
-        from ..serve.text import TextStream
+        from ..generation.text import TextStream
 
         try:
             utf8_text(text, "the message")

@@ -32,10 +32,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from ..generation import SamplingConfig
+from ..generation.text import TextStream
 from .chat import chat_stops, render_chat
 from .errors import APIError, bad_request
 from .schemas import GenerationRequest, check_model, parse_body, parse_chat, parse_completion, resolve_max_tokens
-from .text import TextStream
 from .worker import Event, Job, Worker
 
 DISCONNECT_POLL_S = 0.5
