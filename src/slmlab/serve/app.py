@@ -32,8 +32,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from ..generation import SamplingConfig
+from ..generation.chat import chat_stops
 from ..generation.text import TextStream
-from .chat import chat_stops, render_chat
+from .chat import render_chat
 from .errors import APIError, bad_request
 from .schemas import GenerationRequest, check_model, parse_body, parse_chat, parse_completion, resolve_max_tokens
 from .worker import Event, Job, Worker
