@@ -55,7 +55,7 @@ def serve_command(argv: list[str]) -> int:
         import uvicorn  # noqa: F401
     except ImportError:
         raise ValueError("slmlab serve needs FastAPI and uvicorn; install the extra: pip install 'slmlab[serve]'") from None
-    from ..serve.app import check_api_key
+    from ..serve.http import check_api_key
     from ..serve.server import build_server, check_address
 
     check_api_key(args.api_key)  # before the model is loaded: `--api-key "$UNSET"` must not serve openly

@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .app import DEFAULT_MAX_REQUEST_BYTES, ServedModel, build_app, check_api_key
+from .app import build_app
 from .batch import batching_refusal
+from .http import DEFAULT_MAX_REQUEST_BYTES, check_api_key
+from .routes import ServedModel
 from .worker import Worker
 
 
