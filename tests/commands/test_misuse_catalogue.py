@@ -154,7 +154,7 @@ def victim(tmp: Path) -> Path:
 @pytest.fixture(autouse=True)
 def no_server(monkeypatch):
     """A `serve` row that is not refused fails here instead of serving forever."""
-    monkeypatch.setattr("slmlab.commands.serve.run_uvicorn", lambda *a: pytest.fail("serve started instead of refusing"))
+    monkeypatch.setattr("slmlab.serve.server.Server.run", lambda *a: pytest.fail("serve started instead of refusing"))
 
 
 @pytest.fixture(scope="module")
