@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from serve_helpers import build_checkpoint
-from slmlab.commands.chat import PROMPT, REPLY, ChatSession
+from slmlab.commands.chat import PROMPT, REPLY
 from slmlab.data.chat import prompt_ids
 from slmlab.generation import SamplingConfig, generate
+from slmlab.generation.chat import ChatSession
 from slmlab.train.saved import load_for_inference
 
 MAX_TOKENS = 6
@@ -102,26 +103,15 @@ def test_chat_through_a_terminal(checkpoint):
     assert status == 0
 
 
-def test_replies_stream_token_by_token(checkpoint, monkeypatch):
+def test_replies_stream_token_by_token(checkpoint):
     loaded = load_for_inference(checkpoint, "cpu")
-    writes: list[str] = []
-
-    class Recorder:
-        def write(self, text: str) -> int:
-            writes.append(text)
-            return len(text)
-
-        def flush(self) -> None:
-            pass
-
     session = ChatSession(loaded.model, loaded.tokenizer, loaded.device, 96 - MAX_TOKENS, MAX_TOKENS, SamplingConfig(0.0),
                           torch.Generator().manual_seed(0))
-    monkeypatch.setattr(sys, "stdout", Recorder())
-    answer = session.reply("What is 2 + 2?")
-    monkeypatch.undo()
-    pieces = [w for w in writes if w not in ("", "\n", REPLY)]
+    reply = session.reply("What is 2 + 2?")
+    pieces = [p for p in reply if p not in ("", "\n")]
+    answer = reply.text
     assert answer == greedy_reply(loaded, [{"role": "user", "content": "What is 2 + 2?"}])
-    assert len(pieces) > 1 and "".join(pieces) == answer  # one write per decoded token, not the answer at the end
+    assert len(pieces) > 1 and "".join(pieces) == answer  # one piece per decoded token, not the answer at the end
     assert session.turns == [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": answer}]
 
 

@@ -154,7 +154,7 @@ def victim(tmp: Path) -> Path:
 @pytest.fixture(autouse=True)
 def no_server(monkeypatch):
     """A `serve` row that is not refused fails here instead of serving forever."""
-    monkeypatch.setattr("slmlab.commands.serve.run_uvicorn", lambda *a: pytest.fail("serve started instead of refusing"))
+    monkeypatch.setattr("slmlab.serve.server.Server.run", lambda *a: pytest.fail("serve started instead of refusing"))
 
 
 @pytest.fixture(scope="module")
@@ -363,7 +363,7 @@ def test_generate_and_chat_share_their_length_flag(world, capsys):
 
 def test_chat_survives_undecodable_input_and_keeps_its_history(world, monkeypatch, capsys):
     """Undecodable input ended the whole session (history lost) with a tokenizers TypeError."""
-    from slmlab.commands import chat
+    from slmlab.generation import chat
 
     lines = iter(["What is 2 + 2?", "\udcff\udcfe", UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
                   "/system \udcff", "/quit"])

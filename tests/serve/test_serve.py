@@ -256,7 +256,7 @@ def test_max_batch_1_serves_one_request_at_a_time(checkpoint):
 
 def test_text_stream_holds_back_partial_characters_and_stop_prefixes():
     from slmlab.data.tokenizers import byte_tokenizer
-    from slmlab.serve.text import TextStream
+    from slmlab.generation.text import TextStream
 
     tokenizer = byte_tokenizer()
     stream = TextStream(tokenizer, ["ab"])

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 from ._common import add_max_new_tokens_argument, command_parser, utf8_text
 
 PROMPT = "you> "
 REPLY = "model> "
 HELP = "/reset clears the history, /system TEXT sets the system line (/system alone removes it), /quit ends"
-
-
-class TurnEnded(Exception):
-    """Raised from the streaming callback when the reply reached a stop string."""
 
 
 def chat_command(argv: list[str]) -> int:
@@ -46,13 +40,12 @@ def chat_command(argv: list[str]) -> int:
         raise ValueError(f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
     import torch
 
-    from ..data.chat import chat_template
     from ..generation import SamplingConfig
+    from ..generation.chat import ChatSession
     from ..train.saved import load_for_inference
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     loaded = load_for_inference(args.run, args.device)
     if loaded.tokenizer is None:
         raise ValueError(f"{loaded.checkpoint} has no tokenizer; slmlab chat needs the tokenizer saved with the model")
@@ -60,10 +53,10 @@ def chat_command(argv: list[str]) -> int:
     if args.max_new_tokens >= context:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} leaves no room for the conversation in the model's context of"
                          f" {context} tokens; lower it")
-    own = "its own chat template" if chat_template(loaded.tokenizer) == loaded.tokenizer.chat_template else "slmlab's plain template"
-    print(f"slmlab chat: {loaded.checkpoint} ({loaded.family.name}, context {context} tokens, {own}); {HELP}")
     session = ChatSession(loaded.model, loaded.tokenizer, loaded.device, context - args.max_new_tokens, args.max_new_tokens,
-                          sampling, torch.Generator(device=loaded.device).manual_seed(args.seed), args.system)
+                          SamplingConfig(args.temperature, args.top_k, args.top_p),
+                          torch.Generator(device=loaded.device).manual_seed(args.seed), args.system)
+    print(f"slmlab chat: {loaded.checkpoint} ({loaded.family.name}, context {context} tokens, {session.template}); {HELP}")
     while True:
         try:
             line = input(PROMPT)
@@ -74,102 +67,39 @@ def chat_command(argv: list[str]) -> int:
             print(f"(not sent: the line is not valid UTF-8 ({err.reason} at byte {err.start}); check the terminal's"
                   " encoding)")
             continue
-        if not session.command(line.strip()):
+        if not respond(session, line.strip()):
             return 0
 
 
-class ChatSession:
-    """One terminal conversation: the history, the system line, and streaming one reply.
 
-    Args:
-        model / tokenizer / device: the loaded model (:func:`slmlab.train.saved.load_for_inference`).
-        budget: the most prompt tokens (the context minus ``max_tokens``).
-        max_tokens: the longest reply.
-        sampling / generator: how tokens are drawn.
-        system: the system line (None: none).
-    """
-
-    def __init__(self, model, tokenizer, device, budget: int, max_tokens: int, sampling, generator, system=None):
-        self.model, self.tokenizer, self.device = model, tokenizer, device
-        self.budget, self.max_tokens = budget, max_tokens
-        self.sampling, self.generator = sampling, generator
-        self.system = system
-        self.turns: list[dict] = []
-
-    def command(self, line: str) -> bool:
-        """Handle one input line (a command or a user message); False when the session ends."""
-        if line in ("/quit", "/exit"):
-            return False
-        if line == "/reset":
-            self.turns.clear()
-            print("(history cleared)")
-        elif line == "/system" or line.startswith("/system "):
-            system = line[len("/system"):].strip() or None
-            try:
-                self.system = system if system is None else utf8_text(system, "the system line")
-            except ValueError as err:
-                print(f"(not set: {err})")
-                return True
-            print(f"(system line set: {self.system})" if self.system else "(system line removed)")
-        elif line.startswith("/"):
-            print(f"(unknown command {line.split()[0]}; {HELP})")
-        elif line:
-            self.reply(line)
-        return True
-
-    def reply(self, text: str) -> str:
-        """Answer ``text``: stream the reply to stdout, keep both turns in the history; returns the reply
-        ("" when it was not sent: text that is not UTF-8, or a message that does not fit)."""
-        import torch
-
-        from ..data.chat import fit_history
-        from ..generation import generate
-        from ..serve.chat import chat_stops
-        from ..serve.text import TextStream
-
+def respond(session, line: str) -> bool:
+    """Handle one input line of ``session`` (a command, or a message whose reply streams to stdout);
+    False when the session ends."""
+    if line in ("/quit", "/exit"):
+        return False
+    if line == "/reset":
+        session.turns.clear()
+        print("(history cleared)")
+    elif line == "/system" or line.startswith("/system "):
+        system = line[len("/system"):].strip() or None
         try:
-            utf8_text(text, "the message")
+            session.system = system if system is None else utf8_text(system, "the system line")
+        except ValueError as err:
+            print(f"(not set: {err})")
+            return True
+        print(f"(system line set: {session.system})" if session.system else "(system line removed)")
+    elif line.startswith("/"):
+        print(f"(unknown command {line.split()[0]}; {HELP})")
+    elif line:
+        try:
+            reply = session.reply(utf8_text(line, "the message"))
         except ValueError as err:
             print(f"(not sent: {err})")
-            return ""
-        self.turns.append({"role": "user", "content": text})
-        try:
-            ids, dropped = fit_history(self.tokenizer, self.system, self.turns, self.budget)
-        except ValueError as err:
-            self.turns.pop()
-            print(f"(not sent: {err})")
-            return ""
-        if dropped:
-            print(f"(dropped the {dropped} oldest message(s) to fit the model's context)")
-        stream = TextStream(self.tokenizer, chat_stops([]))
-        printed = 0
-
-        def show(token: torch.Tensor | None) -> None:
-            nonlocal printed
-            if token is not None:
-                stream.push(int(token[0]))
-            # the template puts one space after "Assistant:"; a trailing newline waits for more text
-            text = stream.text[:stream.sent].lstrip(" ").rstrip()
-            if len(text) > printed:
-                print(text[printed:], end="", flush=True)
-                printed = len(text)
-            if stream.stopped:
-                raise TurnEnded
-
-        eos = self.tokenizer.eos_token_id
+            return True
+        if reply.dropped:
+            print(f"(dropped the {reply.dropped} oldest message(s) to fit the model's context)")
         print(REPLY, end="", flush=True)
-        try:
-            generate(self.model, torch.tensor([ids], device=self.device), self.max_tokens, self.sampling,
-                     generator=self.generator, stop_tokens=[eos] if eos is not None else [], callback=show)
-        except TurnEnded:
-            pass
-        stream.flush()
-        try:
-            show(None)
-        except TurnEnded:
-            pass
+        for piece in reply:  # the reply as it is decoded
+            print(piece, end="", flush=True)
         print(flush=True)
-        answer = stream.text.strip()
-        self.turns.append({"role": "assistant", "content": answer})
-        sys.stdout.flush()
-        return answer
+    return True

@@ -48,8 +48,8 @@ def generate_command(argv: list[str]) -> int:
     prompt = utf8_text(args.prompt, "--prompt") if args.prompt is not None else None
     import torch
 
-    from slmlab.generation import SamplingConfig, generate
-
+    from ..generation import SamplingConfig, generate
+    from ..generation.context import encode_prompt, fit_to_context
     from ..models.quantize import apply_quantization
     from ..train.saved import load_for_inference
 
@@ -58,76 +58,32 @@ def generate_command(argv: list[str]) -> int:
     loaded = load_for_inference(args.run, args.device)
     ckpt, model, tokenizer, dev = loaded.checkpoint, loaded.model, loaded.tokenizer, loaded.device
     apply_quantization(model, args.quantize, dev)
-    if prompt_ids is not None:
-        ids = prompt_ids
-    elif tokenizer is not None:
-        ids = tokenizer(prompt or "", add_special_tokens=False)["input_ids"]
-        if not ids and tokenizer.bos_token_id is not None:
-            ids = [tokenizer.bos_token_id]
-    else:
+    if prompt_ids is None and tokenizer is None:
         raise ValueError(f"{ckpt} has no tokenizer.json; pass --prompt-ids")
+    ids = prompt_ids if prompt_ids is not None else encode_prompt(tokenizer, prompt or "")
     if not ids:
         raise ValueError("the prompt is empty; give --prompt text or --prompt-ids")
-    ids, n_new = fit_to_context(ids, args.max_new_tokens, model.max_positions(), args.truncate_prompt,
-                                loaded.trained_context)
-    input_ids = torch.tensor([ids], device=dev)
-    new: list[int] = []
-    printed = 0
-    if tokenizer is not None and args.prompt_ids is None:
+    fitted = fit_to_context(ids, args.max_new_tokens, model.max_positions(), args.truncate_prompt, loaded.trained_context)
+    for note in fitted.notes:
+        print(f"slmlab generate: {note}", file=sys.stderr)
+    as_text = tokenizer is not None and args.prompt_ids is None
+    if as_text:
         print(args.prompt or "", end="", flush=True)
+    new, printed = [], 0
 
     def stream(token: torch.Tensor) -> None:
         nonlocal printed
         new.append(int(token[0]))
-        if tokenizer is None or args.prompt_ids is not None:
+        if not as_text:
             print(new[-1], end=" ", flush=True)
-            return
-        text = tokenizer.decode(new, skip_special_tokens=True)
-        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+        elif not (text := tokenizer.decode(new, skip_special_tokens=True)).endswith("\ufffd"):  # a whole character
             print(text[printed:], end="", flush=True)
             printed = len(text)
 
     stops = [tokenizer.eos_token_id] if tokenizer is not None and tokenizer.eos_token_id is not None else []
     gen = torch.Generator(device=dev).manual_seed(args.seed)
-    generate(model, input_ids, n_new, SamplingConfig(args.temperature, args.top_k, args.top_p),
+    generate(model, torch.tensor([fitted.ids], device=dev), fitted.new_tokens, SamplingConfig(args.temperature, args.top_k, args.top_p),
              stop_tokens=stops, callback=stream, generator=gen, compile=args.compile)
     print()
     return 0
 
-
-def fit_to_context(ids: list[int], max_new_tokens: int, max_positions: int | None, truncate: bool,
-                   trained_context: int | None = None) -> tuple[list[int], int]:
-    """``(prompt ids, new tokens)`` that fit the model's context, never silently.
-
-    A prompt that leaves no room for a new token is an error, unless ``truncate``: then its oldest
-    tokens are dropped (keeping room for ``max_new_tokens``, at least one) with a warning. When the
-    context caps ``max_new_tokens``, a note on stderr says so; so does one when prompt and new tokens
-    run past ``trained_context`` (the sequence length the model was trained on, when recorded),
-    where the model reads positions it never trained on.
-    """
-    if max_positions is None:
-        ids, n_new = ids, max_new_tokens
-    else:
-        ids, n_new = _fit_positions(ids, max_new_tokens, max_positions, truncate)
-    if trained_context is not None and len(ids) + n_new > trained_context:
-        print(f"slmlab generate: note: {len(ids)} prompt + {n_new} new tokens run past the {trained_context}-token context"
-              " the model was trained on; the tokens beyond it may be poor", file=sys.stderr)
-    return ids, n_new
-
-
-def _fit_positions(ids: list[int], max_new_tokens: int, max_positions: int, truncate: bool) -> tuple[list[int], int]:
-    if len(ids) >= max_positions and max_new_tokens > 0:
-        if not truncate:
-            raise ValueError(
-                f"the prompt has {len(ids)} tokens and fills the model's context of {max_positions} positions, so nothing"
-                " can be generated; shorten the prompt or pass --truncate-prompt to keep only its last tokens"
-            )
-        keep = max(1, max_positions - max_new_tokens)
-        print(f"slmlab generate: warning: prompt left-truncated from {len(ids)} to its last {keep} tokens"
-              f" (context {max_positions})", file=sys.stderr)
-        ids = ids[-keep:]
-    room = max_positions - len(ids)
-    if max_new_tokens > room:
-        print(f"slmlab generate: note: --max-new-tokens {max_new_tokens} capped at {max(room, 0)} by the model's context"
-              f" of {max_positions} positions (prompt: {len(ids)} tokens)", file=sys.stderr)
-    return ids, max(0, min(max_new_tokens, room))

@@ -52,16 +52,15 @@ def serve_command(argv: list[str]) -> int:
         raise ValueError(f"--shutdown-grace must be >= 0 seconds, got {args.shutdown_grace}")
     try:
         import fastapi  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError:
         raise ValueError("slmlab serve needs FastAPI and uvicorn; install the extra: pip install 'slmlab[serve]'") from None
-    from slmlab.serve.app import check_api_key
+    from ..serve.http import check_api_key
+    from ..serve.server import build_server, check_address
 
     check_api_key(args.api_key)  # before the model is loaded: `--api-key "$UNSET"` must not serve openly
     check_address(args.host, args.port)
     import torch
-
-    from slmlab.serve.server import build_server
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -72,36 +71,6 @@ def serve_command(argv: list[str]) -> int:
     print(f"slmlab serve: {mode}", file=sys.stderr)
     print(f"slmlab serve: listening on http://{args.host}:{args.port}/v1{' (API key required)' if args.api_key else ''}",
           file=sys.stderr, flush=True)
-    config = uvicorn.Config(server.app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                            timeout_graceful_shutdown=args.shutdown_grace)
-    run_uvicorn(config, server.worker)
+    server.run(args.host, args.port, args.log_level, args.shutdown_grace)
     return 0
 
-
-def run_uvicorn(config, worker) -> None:
-    """Serve until SIGINT/SIGTERM. The signal also stops the model worker, which answers every request
-    it holds or that waits with 503 at once, so no open connection keeps the shutdown waiting (any
-    still open after ``--shutdown-grace`` seconds is cancelled by uvicorn)."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:
-            worker.shutdown()
-            super().handle_exit(sig, frame)
-
-    Server(config).run()
-
-
-def check_address(host: str, port: int) -> None:
-    """Refuse an address that cannot be bound before the model is loaded (a port in use, a host that
-    is not this machine's)."""
-    import socket
-
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        with socket.socket(infos[0][0], socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(infos[0][4])
-    except OSError as err:
-        raise ValueError(f"cannot listen on {host}:{port} ({err.strerror or err}); pick another --port, or stop the"
-                         " program using it") from None

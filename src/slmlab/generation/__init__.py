@@ -1,28 +1,22 @@
-"""Generation: the streaming decode loop (:mod:`.loop`) and the decode-plan engine (:mod:`.plan`).
+"""Generation: one steppable decoder (:mod:`.decoder`) over the decode paths of :mod:`.loop` and the
+decode-plan engine (:mod:`.plan`), and what reads its tokens: streamed text with stop strings
+(:mod:`.text`), a chat session (:mod:`.chat`), fitting a prompt to the context (:mod:`.context`).
 
-``generate`` prefills through the model, then steps one token at a time through the family's decode
-plan (Lumen, LFM2; their step functions live beside each model in ``models/<family>/decode.py``) or
-through the model's own forward and cache (every family).
+:class:`Decoder` prefills through the model, then steps one token at a time through the family's
+decode plan (Lumen, LFM2; their step functions live beside each model in
+``models/<family>/decode.py``) or through the model's own forward and cache (every family);
+:func:`generate` runs one to its end.
 """
 
-from .loop import (
-    COMPILED_PLAN,
-    MODEL_FORWARD,
-    PLAN,
-    GeneratedTokens,
-    SamplingConfig,
-    build_plan,
-    compiled_step,
-    forward_decoder,
-    generate,
-    plan_decoder,
-    sample_next,
-)
+from .decoder import Decoder, GeneratedTokens, generate
+from .loop import COMPILED_PLAN, MODEL_FORWARD, PLAN, build_plan, compiled_step, plan_decoder
 from .plan import DecodePlan, FeedForwardWeights, StackWeights
+from .sampling import SamplingConfig, sample_next
 
 __all__ = [
     "COMPILED_PLAN",
     "DecodePlan",
+    "Decoder",
     "FeedForwardWeights",
     "GeneratedTokens",
     "MODEL_FORWARD",
@@ -31,7 +25,6 @@ __all__ = [
     "StackWeights",
     "build_plan",
     "compiled_step",
-    "forward_decoder",
     "generate",
     "plan_decoder",
     "sample_next",

@@ -1,36 +1,27 @@
-"""The lean streaming decode loop shared by every family.
+"""The decode paths a :class:`~slmlab.generation.decoder.Decoder` steps through after its prefill.
 
-Prefill once, then feed one token per step through the model's cache. No logits processors, no
-stopping-criteria objects, no per-step re-slicing of the whole prompt: per step it costs one forward
-of one token plus a sampling step on the last logits. ``transformers``' ``generate()`` works too;
-this loop is the fast path the CLI uses.
-
-Families with a decode plan (:mod:`slmlab.generation.plan`; Lumen and LFM2) decode through it when
-the batch has no padding and no family inputs: the model's forward runs the prompt, the plan runs
-each new token. ``compile=True`` runs the plan's step compiled: on a CPU packaged ahead of time by
-AOTInductor (:mod:`.packaged`; tens of CPU-seconds the first time a layout is met, then loaded from
-the user's cache folder in about a second by every later process), elsewhere ``torch.compile``. A
-caller that holds :func:`~slmlab.layers.fused.frozen_weights` across many calls (a server, a
-benchmark) has the plan's arranged weights built once (:func:`weights_frozen`). The path that ran is
-the returned tensor's ``decode_path`` and one ``DEBUG`` line of the ``slmlab.generation`` logger.
+Every family steps through its own ``forward`` and cache. Families with a decode plan
+(:mod:`slmlab.generation.plan`; Lumen and LFM2) step through the plan instead when the batch has no
+padding and no family inputs (:func:`plan_refusal`, :func:`plan_decoder`): the model's forward runs
+the prompt, the plan runs each new token. ``compile=True`` runs the plan's step compiled: on a CPU
+packaged ahead of time by AOTInductor (:mod:`.packaged`; tens of CPU-seconds the first time a layout
+is met, then loaded from the user's cache folder in about a second by every later process),
+elsewhere ``torch.compile``. A caller that holds :func:`~slmlab.layers.fused.frozen_weights` across
+many calls (a server, a benchmark) has the plan's arranged weights built once (:func:`weights_frozen`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 
 import torch
 
 from ..layers.fused import frozen_epoch, frozen_weights
 from .packaged import packaged_step
 from .plan import DecodePlan, StepFn
-
-logger = logging.getLogger("slmlab.generation")
 
 PLAN, COMPILED_PLAN, MODEL_FORWARD = "plan", "compiled plan", "model forward"
 
@@ -63,136 +54,6 @@ def weights_frozen() -> Iterator[None]:
                     del plans[key]
 
 
-@dataclass
-class SamplingConfig:
-    """How to pick the next token.
-
-    Args:
-        temperature: 0 means greedy (argmax); otherwise logits are divided by it.
-        top_k: keep only the ``k`` most likely tokens (0 = off).
-        top_p: nucleus sampling: keep the smallest set whose probability reaches ``p`` (1.0 = off).
-    """
-
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-
-class GeneratedTokens(torch.Tensor):
-    """The ``[B, T + n]`` tensor :func:`generate` returns, which also says how it was decoded.
-
-    It is an ordinary tensor everywhere (indexing, ``tolist``, ``torch.equal``; operations on it
-    return plain tensors); ``decode_path`` is ``"plan"``, ``"compiled plan"`` or ``"model forward"``,
-    or None when nothing was decoded (``max_new_tokens=0``).
-    """
-
-    __torch_function__ = torch._C._disabled_torch_function_impl  # ops return plain tensors
-    decode_path: str | None = None
-
-
-def sample_next(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Pick one token per row from ``logits [B, V]``; returns ``[B]`` int64."""
-    if cfg.temperature == 0.0:
-        return logits.argmax(dim=-1)
-    logits = logits.float() / cfg.temperature
-    if cfg.top_k:
-        kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if cfg.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cumulative - sorted_logits.softmax(-1) >= cfg.top_p  # keep the token that crosses p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-@torch.inference_mode()
-@weights_frozen()
-def generate(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    sampling: SamplingConfig | None = None,
-    attention_mask: torch.Tensor | None = None,
-    stop_tokens: Iterable[int] = (),
-    callback: Callable[[torch.Tensor], None] | None = None,
-    generator: torch.Generator | None = None,
-    model_kwargs: dict | None = None,
-    step_kwargs: Callable[[int], dict] | None = None,
-    use_plan: bool = True,
-    compile: bool = False,
-) -> GeneratedTokens:
-    """Generate up to ``max_new_tokens`` after ``input_ids [B, T]``.
-
-    Args:
-        model: any slmlab causal LM (``forward(input_ids, attention_mask, cache, use_cache)``).
-        input_ids: the prompt; left-pad a batch and pass ``attention_mask``.
-        sampling: greedy by default.
-        stop_tokens: a row stops after producing one of these; the loop ends when all rows stopped
-            (finished rows are padded with their stop token).
-        callback: called with the ``[B]`` new tokens after each step (streaming).
-        model_kwargs: extra keyword arguments for the prefill call (e.g. PGSM's ``retrieval_positions``).
-        step_kwargs: ``step -> kwargs`` for each decode call (family hooks; step counts from 0).
-        use_plan: decode through the family's decode plan when it has one and the call allows it
-            (no padding, no family inputs); False always steps through ``model.forward``.
-        compile: compile the plan's step (ignored without a plan): on a CPU the AOTInductor package of
-            :mod:`.packaged`, cached on disk; elsewhere ``torch.compile``.
-    Returns:
-        ``[B, T + n]`` prompt followed by the generated tokens, a :class:`GeneratedTokens` whose
-        ``decode_path`` says which step ran: ``"plan"``, ``"compiled plan"`` or ``"model forward"``
-        (also logged at ``DEBUG`` by the ``slmlab.generation`` logger).
-    """
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    sampling = sampling or SamplingConfig()
-    stop = torch.tensor(sorted(set(int(s) for s in stop_tokens)), dtype=torch.long, device=input_ids.device)
-    tokens = [input_ids]
-    if max_new_tokens == 0:
-        return _result(input_ids, None)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **(model_kwargs or {}))
-    logits = out.logits[:, -1]
-    advance, path, reason = None, MODEL_FORWARD, plan_refusal(use_plan, attention_mask, model_kwargs, step_kwargs)
-    if reason is None:
-        advance = plan_decoder(model, out.cache, input_ids.shape[1], max_new_tokens, compile)
-        if advance is None:
-            reason = "the model has no decode plan for this call (family, half precision or length)"
-        else:
-            path = COMPILED_PLAN if compile else PLAN
-    if advance is None:
-        advance = forward_decoder(model, out.cache, attention_mask, step_kwargs)
-    logger.debug("generate: %d new tokens, batch %d, through the %s%s", max_new_tokens, input_ids.shape[0], path,
-                 f" ({reason})" if reason else "")
-    done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-    for step in range(max_new_tokens):
-        nxt = sample_next(logits, sampling, generator)
-        if stop.numel():
-            nxt = torch.where(done, tokens[-1][:, -1] if step else nxt, nxt)
-            done = done | torch.isin(nxt, stop)
-        tokens.append(nxt[:, None])
-        if callback is not None:
-            callback(nxt)
-        if step == max_new_tokens - 1 or (stop.numel() and bool(done.all())):
-            break
-        logits = advance(nxt[:, None], step)
-    return _result(torch.cat(tokens, dim=1), path)
-
-
-def _result(tokens: torch.Tensor, path: str | None) -> GeneratedTokens:
-    out = tokens.as_subclass(GeneratedTokens)
-    out.decode_path = path
-    return out
-
-
 def plan_refusal(use_plan: bool, attention_mask: torch.Tensor | None, model_kwargs: dict | None,
                  step_kwargs: Callable[[int], dict] | None) -> str | None:
     """Why this call must step through ``model.forward`` rather than a decode plan, or None."""
@@ -205,27 +66,10 @@ def plan_refusal(use_plan: bool, attention_mask: torch.Tensor | None, model_kwar
     return None
 
 
-Decoder = Callable[[torch.Tensor, int], torch.Tensor]  # (tokens [B, 1], step) -> next logits [B, V]
+Advance = Callable[[torch.Tensor, int], torch.Tensor]  # (tokens [B, 1], step) -> next logits [B, V]
 
 
-def forward_decoder(model: torch.nn.Module, cache, attention_mask: torch.Tensor | None,
-                    step_kwargs: Callable[[int], dict] | None) -> Decoder:
-    """Steps through ``model.forward`` and its cache (every family; padding and family inputs)."""
-    mask = attention_mask
-
-    def advance(tokens: torch.Tensor, step: int) -> torch.Tensor:
-        nonlocal cache, mask
-        if mask is not None:
-            mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)
-        extra = step_kwargs(step) if step_kwargs is not None else {}
-        out = model(input_ids=tokens, attention_mask=mask, cache=cache, use_cache=True, **extra)
-        cache = out.cache
-        return out.logits[:, -1]
-
-    return advance
-
-
-def plan_decoder(model: torch.nn.Module, cache, prompt_len: int, max_new_tokens: int, compile: bool) -> Decoder | None:
+def plan_decoder(model: torch.nn.Module, cache, prompt_len: int, max_new_tokens: int, compile: bool) -> Advance | None:
     """Steps through the family's decode plan, taking over the prefilled ``cache``; None without a plan.
 
     Compiled, the plan's buffers get :func:`compiled_capacity` positions (a few sizes, so that a

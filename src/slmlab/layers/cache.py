@@ -14,17 +14,55 @@ Rolling back (``crop``, which transformers' assisted and prompt-lookup decoding 
 draft): :class:`KVState` always can; :class:`ConvState` can after ``activate_past_recording()``
 (it then keeps the inputs it saw, as transformers' linear-attention layers do); a state that
 summarises the whole past cannot, and :meth:`LayerState.crop_refusal` says why.
+
+Batch surgery (continuous batching: rows join and leave a decoding batch between steps) is each
+state's own: :meth:`LayerState.left_pad`, :meth:`LayerState.join` and
+:meth:`LayerState.drop_leading` are abstract, so a new state type cannot be built without them, and
+:meth:`LayerState.batch_refusal` says when a state cannot do them now. :class:`ModelCache` applies
+them to every state at once (:meth:`ModelCache.join` aligns two caches and leaves both unchanged
+when any state refuses).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 
 
-class LayerState:
-    """Base class: a per-layer state whose tensors all have the batch on dim 0."""
+class CannotBatch(ValueError):
+    """A batch operation a state refuses, or two caches whose states cannot be joined (different
+    types, shapes or frozen settings)."""
+
+
+def join_rows(a: torch.Tensor | None, b: torch.Tensor | None, what: str) -> torch.Tensor | None:
+    """The rows of ``a`` followed by those of ``b`` (batch on dim 0; ``b`` cast to ``a``'s dtype);
+    None when both are None. Raises :class:`CannotBatch` naming ``what`` when only one is set or
+    their other dimensions differ."""
+    if a is None and b is None:
+        return None
+    if a is None or b is None:
+        raise CannotBatch(f"{what} is set in one cache only")
+    if a.shape[1:] != b.shape[1:]:
+        raise CannotBatch(f"{what} shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}")
+    return torch.cat((a, b.to(a.dtype)))
+
+
+def same_setting(a, b, what: str) -> None:
+    """Raise :class:`CannotBatch` unless two states share a setting (a frozen window, a mode flag)."""
+    if a != b:
+        raise CannotBatch(f"{what} differs: {a!r} vs {b!r}")
+
+
+class LayerState(ABC):
+    """Base class: a per-layer state whose tensors all have the batch on dim 0.
+
+    Every state implements the batch surgery a decoding batch needs (:meth:`left_pad`, :meth:`join`,
+    :meth:`drop_leading`). They replace tensors and never write into them, so :meth:`snapshot` (a
+    shallow copy of the fields) is enough to undo them.
+    """
 
     def _tensor_names(self) -> list[str]:
         return [k for k, v in vars(self).items() if isinstance(v, torch.Tensor)]
@@ -52,9 +90,43 @@ class LayerState:
         or cannot be rolled back). ``recurrent_states_to_keep`` (transformers >= 5.25 passes how many
         tokens a draft may roll back) is accepted and not needed: a state that can roll back keeps every
         input it sees while recording."""
+        return None
 
     def stop_past_recording(self) -> None:
         """Drop what :meth:`activate_past_recording` kept (a no-op for states that keep nothing)."""
+        return None
+
+    def batch_refusal(self) -> str | None:
+        """Why :meth:`left_pad`, :meth:`join` and :meth:`drop_leading` cannot run now, or None when they can."""
+        return None
+
+    def check_batchable(self) -> None:
+        """Raise :class:`CannotBatch` with :meth:`batch_refusal`'s reason, if any."""
+        reason = self.batch_refusal()
+        if reason is not None:
+            raise CannotBatch(f"{type(self).__name__}: {reason}")
+
+    @abstractmethod
+    def left_pad(self, n: int) -> None:
+        """Act as if ``n`` padding positions (masked out, zero inputs) came before every row's tokens."""
+
+    @abstractmethod
+    def join(self, other: LayerState) -> None:
+        """Append the rows of ``other`` (a state of the same type covering as many positions, after
+        :meth:`left_pad`) after this state's rows. Raises :class:`CannotBatch` when they cannot be joined."""
+
+    @abstractmethod
+    def drop_leading(self, n: int) -> None:
+        """Forget the ``n`` oldest positions (leading padding that no remaining row uses)."""
+
+    def snapshot(self) -> dict:
+        """The state's fields as they are now (tensors shared, not copied), for :meth:`restore`."""
+        return dict(self.__dict__)
+
+    def restore(self, snapshot: dict) -> None:
+        """Return to a :meth:`snapshot` (undoing batch operations since, which never write into tensors)."""
+        self.__dict__.clear()
+        self.__dict__.update(snapshot)
 
     def held_tensors(self) -> list[torch.Tensor]:
         """The tensors this state holds, restricted to their filled part (what inference must keep)."""
@@ -73,8 +145,11 @@ class KVState(LayerState):
     """Keys and values ``[B, H_kv, S, D]`` of one attention layer.
 
     Stored in a buffer with spare capacity on the sequence axis; :meth:`update` writes the new
-    step and returns views of the filled part.
+    step and returns views of the filled part. ``slots_per_token`` sequence slots hold one token
+    (1 here; a subclass that stores several entries per token says how many).
     """
+
+    slots_per_token = 1
 
     def __init__(self) -> None:
         self.keys: torch.Tensor | None = None
@@ -104,6 +179,32 @@ class KVState(LayerState):
     def crop(self, length: int) -> None:
         self.length = min(self.length, max(length, 0))
 
+    def left_pad(self, n: int) -> None:
+        """Zero keys/values for ``n`` padding tokens before the filled part (the mask hides them)."""
+        if self.keys is None or n <= 0:
+            return
+        pad = (0, 0, n * self.slots_per_token, 0)
+        self.keys = F.pad(self.keys[:, :, : self.length], pad)
+        self.values = F.pad(self.values[:, :, : self.length], pad)
+        self.length = self.keys.shape[2]
+
+    def join(self, other: KVState) -> None:
+        if (self.keys is None) != (other.keys is None):
+            raise CannotBatch(f"{type(self).__name__} holds keys in one cache and not the other")
+        if self.keys is None:
+            return
+        name = type(self).__name__
+        keys = join_rows(self.keys[:, :, : self.length], other.keys[:, :, : other.length], f"{name}.keys")
+        values = join_rows(self.values[:, :, : self.length], other.values[:, :, : other.length], f"{name}.values")
+        self.keys, self.values, self.length = keys, values, keys.shape[2]
+
+    def drop_leading(self, n: int) -> None:
+        if self.keys is None or n <= 0:
+            return
+        cut = n * self.slots_per_token
+        self.keys, self.values = self.keys[:, :, cut:], self.values[:, :, cut:]
+        self.length -= cut
+
     def held_tensors(self) -> list[torch.Tensor]:
         """The keys and values of the seen positions (not the spare capacity), plus any other tensor
         a subclass keeps (e.g. a running state)."""
@@ -118,7 +219,8 @@ class ConvState(LayerState):
 
     After :meth:`activate_past_recording` it also keeps ``history [B, C, K-1 + n]``: the window at
     that moment followed by the ``n`` inputs seen since, so :meth:`crop` can restore the window of
-    any earlier token (what assisted decoding needs after rejecting drafted tokens).
+    any earlier token (what assisted decoding needs after rejecting drafted tokens). ``seen`` counts
+    the positions it has covered (padding included).
     """
 
     def __init__(self) -> None:
@@ -164,9 +266,53 @@ class ConvState(LayerState):
         self.window = self.history[..., kept - size :]
         self.seen -= remove
 
+    def batch_refusal(self) -> str | None:
+        if self.recording:
+            return "it records its inputs for crop() (activate_past_recording); call stop_past_recording() first"
+        return None
+
+    def left_pad(self, n: int) -> None:
+        """Count ``n`` more positions; the window is unchanged (padded inputs are zeros, as an empty window is)."""
+        self.check_batchable()
+        self.seen += n
+
+    def join(self, other: ConvState) -> None:
+        self.check_batchable()
+        other.check_batchable()
+        self.window = join_rows(self.window, other.window, "ConvState.window")
+        self.seen = max(self.seen, other.seen)
+
+    def drop_leading(self, n: int) -> None:
+        self.check_batchable()
+        self.seen = max(self.seen - n, 0)
+
 
 class TensorState(LayerState):
-    """A bag of named per-row tensors for recurrent summaries (set attributes freely)."""
+    """A bag of named per-row tensors for recurrent summaries (set attributes freely).
+
+    Every tensor attribute holds one entry per row and no sequence axis, and every other attribute
+    is a setting that rows decoding together share: so padding and dropped leading positions leave
+    it unchanged, and a join concatenates the tensors and requires equal settings.
+    """
+
+    def left_pad(self, n: int) -> None:
+        self.check_batchable()
+
+    def join(self, other: TensorState) -> None:
+        self.check_batchable()
+        other.check_batchable()
+        name = type(self).__name__
+        joined = {}
+        for key in sorted(set(self.__dict__) | set(other.__dict__)):
+            a, b = getattr(self, key, None), getattr(other, key, None)
+            if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+                joined[key] = join_rows(a, b, f"{name}.{key}")
+            else:
+                same_setting(a, b, f"{name}.{key}")
+        self.__dict__.update(joined)
+
+    def drop_leading(self, n: int) -> None:
+        self.check_batchable()
 
 
 class ModelCache:
@@ -224,8 +370,7 @@ class ModelCache:
 
     def crop_refusal(self) -> str | None:
         """Why this cache cannot be rolled back, naming the first state that refuses, or None."""
-        named = [(f"layer {i}", s) for i, s in enumerate(self.layers)] + [(f"'{k}'", s) for k, s in self.extra.items()]
-        for name, state in named:
+        for name, state in self._named_states():
             reason = state.crop_refusal()
             if reason is not None:
                 return f"{name} ({type(state).__name__}): {reason}"
@@ -299,6 +444,77 @@ class ModelCache:
             state.crop(length)
         self.seen_tokens = length
 
+    # -- batch surgery (continuous batching) ----------------------------------------------------------
+    def _named_states(self) -> list[tuple[str, LayerState]]:
+        return [(f"layer {i}", s) for i, s in enumerate(self.layers)] + [(f"'{k}'", s) for k, s in self.extra.items()]
+
+    def batch_refusal(self) -> str | None:
+        """Why this cache cannot be padded, joined or trimmed now, naming the first state that refuses, or None."""
+        for name, state in self._named_states():
+            reason = state.batch_refusal()
+            if reason is not None:
+                return f"{name} ({type(state).__name__}): {reason}"
+        return None
+
+    def _check_batchable(self) -> None:
+        reason = self.batch_refusal()
+        if reason is not None:
+            raise CannotBatch(f"this cache cannot change its batch: {reason}")
+
+    def left_pad(self, n: int) -> None:
+        """Act as if ``n`` padding positions came before every row (the caller's attention mask marks them)."""
+        self._check_batchable()
+        for state in self._all_states():
+            state.left_pad(n)
+        self.seen_tokens += n
+
+    def drop_leading(self, n: int) -> None:
+        """Forget the ``n`` oldest positions (leading padding that no row uses any more)."""
+        self._check_batchable()
+        for state in self._all_states():
+            state.drop_leading(n)
+        self.seen_tokens -= n
+
+    def join(self, other: ModelCache) -> None:
+        """Append ``other``'s rows after this cache's: the one that has seen fewer positions is first
+        left-padded to the other's, then each state joins its counterpart (so the batch's attention mask
+        is the two masks, left-padded the same way, stacked).
+
+        Raises:
+            CannotBatch: the caches cannot be joined (different states, shapes or settings; a state that
+                refuses). Both caches are then as they were, as after any other error (out of memory).
+        """
+        if len(self.layers) != len(other.layers) or set(self.extra) != set(other.extra):
+            raise CannotBatch("the caches have different layers")
+        pairs = list(zip(self.layers, other.layers)) + [(self.extra[k], other.extra[k]) for k in self.extra]
+        for a, b in pairs:
+            if type(a) is not type(b):
+                raise CannotBatch(f"state types differ: {type(a).__name__} vs {type(b).__name__}")
+        self._check_batchable()
+        other._check_batchable()
+        rows = _rows(self) + _rows(other)
+        saved = [(s, s.snapshot()) for pair in pairs for s in pair]
+        width = max(self.seen_tokens, other.seen_tokens)
+        try:
+            for a, b in pairs:
+                a.left_pad(width - self.seen_tokens)
+                b.left_pad(width - other.seen_tokens)
+                a.join(b)
+                left = next((t for t in a.held_tensors() if t.shape[0] != rows), None)
+                if left is not None:
+                    raise CannotBatch(f"{type(a).__name__}.join left a tensor of {left.shape[0]} rows, not {rows}:"
+                                      " a state must join every tensor it holds")
+        except Exception:  # CannotBatch, or a failing concatenation (out of memory): nothing changes
+            for state, snapshot in saved:
+                state.restore(snapshot)
+            raise
+        self.seen_tokens = width
+
     def __repr__(self) -> str:
         kinds = ", ".join(type(s).__name__ for s in self.layers)
         return f"ModelCache(seen_tokens={self.seen_tokens}, layers=[{kinds}])"
+
+
+def _rows(cache: ModelCache) -> int:
+    """The rows a cache holds (0 before any state holds a tensor)."""
+    return next((t.shape[0] for state in cache._all_states() for t in state.held_tensors()), 0)

@@ -1,191 +1,42 @@
 """Continuous batching over a family's own cache: rows join and leave a decoding batch between steps.
 
 Requests admitted at the same step are prefilled together (one forward of their left-padded
-prompts, one new :class:`ModelCache`), then join the running batch: the two caches are aligned on
-the right by left-padding the shorter one and
-concatenated on the batch axis, and the batch's ``attention_mask`` marks the padding (every family
-derives positions from that mask, so a padded row decodes exactly as it would alone). A finished
-or abandoned row leaves by :meth:`ModelCache.reorder_cache`; leading columns that no remaining row
+prompts, one new :class:`~slmlab.layers.cache.ModelCache`), then join the running batch: the two
+caches are aligned on the right by left-padding the shorter one and concatenated on the batch axis,
+and the batch's ``attention_mask`` marks the padding (every family derives positions from that mask,
+so a padded row decodes exactly as it would alone). A finished
+or abandoned row leaves by ``ModelCache.reorder_cache``; leading columns that no remaining row
 uses are cut off, so the batch never grows longer than its longest live row.
 
-What the join needs from a family's cache, and checks: each layer's state is of the same type in
-both caches; keys/values of a :class:`KVState` (and its subclasses) are the only tensors with a
-sequence axis (dim 2, ``length / seen_tokens`` slots per token: 1, or 2 for NanoHammer's interleaved
-state tokens, ``P`` for NeoLLM's pseudo-heads); every other tensor holds one entry per row (conv
-windows, running sums, last-token states) and every non-tensor field (a frozen window, a mode
-flag) is equal in both. :func:`batching_refusal` runs a small join-and-decode probe against
-separate decoding at start-up; a family that fails it is served one request at a time.
+:class:`DecodeBatch` is the shared :class:`~slmlab.generation.Decoder` pinned to the model-forward
+path; the cache does the surgery (``ModelCache.join``, ``ModelCache.drop_leading``: each state pads,
+joins and trims itself, or refuses). :func:`batching_refusal` runs a small join-and-decode
+probe against separate decoding at start-up; a family that fails it is served one request at a time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-import torch.nn.functional as F
 
-from ..layers.cache import ConvState, KVState, LayerState, ModelCache
+from ..generation import Decoder
+from ..generation.decoder import Sampler
+from ..layers.cache import CannotBatch
 
-# Integer fields that count the columns a state has seen (they follow the batch's width on a join
-# and drop with the leading columns cut by ``keep``); every other non-tensor field must agree.
-COLUMN_COUNTERS: dict[type, str] = {ConvState: "seen"}
-
-
-def _counter(state: LayerState) -> str | None:
-    return next((name for kind, name in COLUMN_COUNTERS.items() if isinstance(state, kind) and hasattr(state, name)), None)
+__all__ = ["CannotBatch", "DecodeBatch", "batching_refusal"]
 
 
-class CannotBatch(ValueError):
-    """Two caches cannot be joined (different state types, shapes or frozen settings)."""
-
-
-def _slots_per_token(state: KVState, seen: int) -> int:
-    if state.keys is None or seen == 0:
-        return 0
-    if state.length % seen:
-        raise CannotBatch(f"{type(state).__name__} holds {state.length} slots for {seen} tokens")
-    return state.length // seen
-
-
-def _join_state(a: LayerState, b: LayerState, pad_a: int, pad_b: int, seen_a: int, seen_b: int) -> None:
-    """Append ``b``'s rows to ``a`` in place, left-padding ``a``'s sequence by ``pad_a`` tokens and ``b``'s by ``pad_b``."""
-    if type(a) is not type(b):
-        raise CannotBatch(f"state types differ: {type(a).__name__} vs {type(b).__name__}")
-    names = set(vars(a)) | set(vars(b))
-    counter = _counter(a)
-    if counter is not None:
-        names.discard(counter)
-        setattr(a, counter, max(seen_a + pad_a, seen_b + pad_b))
-    if isinstance(a, KVState):
-        names -= {"keys", "values", "length"}
-        ra, rb = _slots_per_token(a, seen_a), _slots_per_token(b, seen_b)
-        if (a.keys is None) != (b.keys is None) or (a.keys is not None and ra != rb):
-            raise CannotBatch(f"{type(a).__name__} holds keys in one cache and not the other, or a different layout")
-        if a.keys is not None:
-            for name in ("keys", "values"):
-                ta, tb = getattr(a, name)[:, :, : a.length], getattr(b, name)[:, :, : b.length]
-                ta = F.pad(ta, (0, 0, pad_a * ra, 0))
-                tb = F.pad(tb, (0, 0, pad_b * rb, 0))
-                if ta.shape[1:] != tb.shape[1:]:
-                    raise CannotBatch(f"{type(a).__name__}.{name} shapes differ: {tuple(ta.shape)} vs {tuple(tb.shape)}")
-                setattr(a, name, torch.cat((ta, tb)))
-            a.length = a.keys.shape[2]
-    for name in names:
-        va, vb = getattr(a, name, None), getattr(b, name, None)
-        if isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor):
-            if va.shape[1:] != vb.shape[1:]:
-                raise CannotBatch(f"{type(a).__name__}.{name} shapes differ: {tuple(va.shape)} vs {tuple(vb.shape)}")
-            setattr(a, name, torch.cat((va, vb.to(va.dtype))))
-        elif isinstance(va, torch.Tensor) or isinstance(vb, torch.Tensor):
-            raise CannotBatch(f"{type(a).__name__}.{name} is set in one cache only")
-        elif va != vb:
-            raise CannotBatch(f"{type(a).__name__}.{name} differs: {va!r} vs {vb!r}")
-
-
-def _states(cache: ModelCache) -> list[LayerState]:
-    return list(cache.layers) + [cache.extra[k] for k in sorted(cache.extra)]
-
-
-@dataclass
-class Prefilled:
-    """Prompts run through the model together: ``cache``, ``mask [k, L]`` (1 = real token, left
-    padding) and the next-token ``logits [k, V]``."""
-
-    cache: ModelCache
-    mask: torch.Tensor
-    logits: torch.Tensor
-
-
-class DecodeBatch:
-    """The rows decoding together: one cache, its left-padding mask and each row's last token.
+class DecodeBatch(Decoder):
+    """The server's rows decoding together: a :class:`~slmlab.generation.Decoder` on the model-forward
+    path, whose rows join (:meth:`~slmlab.generation.Decoder.join`) and leave
+    (:meth:`~slmlab.generation.Decoder.keep`) between steps, picking tokens with ``sampler``.
 
     Args:
         model: an slmlab causal LM in eval mode.
+        sampler: ``logits [B, V] -> tokens [B]`` (each row with its own settings; greedy by default).
     """
 
-    def __init__(self, model) -> None:
-        self.model = model
-        self.cache: ModelCache | None = None
-        self.mask: torch.Tensor | None = None  # [B, S] int64, 1 = real token
-        self.last: torch.Tensor | None = None  # [B] the token each row feeds next
-
-    def __len__(self) -> int:
-        return 0 if self.last is None else self.last.shape[0]
-
-    @torch.inference_mode()
-    def prefill(self, prompts: list[list[int]]) -> Prefilled:
-        """Run prompts together, left-padded to the longest: their cache, mask and next-token logits."""
-        device = self.model.device
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        mask = torch.zeros(len(prompts), width, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        padded = bool((mask == 0).any())
-        out = self.model(input_ids=ids, attention_mask=mask if padded else None, use_cache=True, logits_to_keep=1)
-        return Prefilled(out.cache, mask, out.logits[:, -1])
-
-    def join(self, rows: Prefilled, tokens: torch.Tensor) -> None:
-        """Append prefilled rows (and the ``[k]`` tokens they feed next) after the current ones.
-
-        Raises:
-            CannotBatch: the caches cannot be joined; the batch is unchanged (as after any other error).
-        """
-        cache, seen = rows.cache, rows.cache.seen_tokens
-        if self.cache is None:
-            self.cache, self.mask, self.last = cache, rows.mask, tokens.reshape(-1)
-            return
-        width = max(self.cache.seen_tokens, seen)
-        pad_a, pad_b = width - self.cache.seen_tokens, width - seen
-        ours, theirs = _states(self.cache), _states(cache)
-        if len(ours) != len(theirs) or set(self.cache.extra) != set(cache.extra):
-            raise CannotBatch("the caches have different layers")
-        backup = [dict(vars(s)) for s in ours]
-        try:
-            for a, b in zip(ours, theirs):
-                _join_state(a, b, pad_a, pad_b, self.cache.seen_tokens, seen)
-        except Exception:  # CannotBatch, or a failing concatenation (out of memory): the batch stays as it was
-            for state, saved in zip(ours, backup):
-                vars(state).update(saved)
-            raise
-        self.cache.seen_tokens = width
-        self.mask = torch.cat((F.pad(self.mask, (pad_a, 0)), F.pad(rows.mask, (pad_b, 0))))
-        self.last = torch.cat((self.last, tokens.reshape(-1)))
-
-    def keep(self, rows: list[int]) -> None:
-        """Keep only ``rows`` (in this order); cut the leading columns no kept row uses."""
-        if not rows:
-            self.cache = self.mask = self.last = None
-            return
-        if rows == list(range(len(self))):
-            return
-        index = torch.tensor(rows, dtype=torch.long, device=self.last.device)
-        self.cache.reorder_cache(index)
-        self.mask, self.last = self.mask[index], self.last[index]
-        used = self.mask.any(0)
-        lead = int(used.long().argmax()) if bool(used.any()) else 0
-        if lead:
-            seen = self.cache.seen_tokens
-            for state in _states(self.cache):
-                if isinstance(state, KVState) and state.keys is not None:
-                    cut = lead * _slots_per_token(state, seen)
-                    state.keys, state.values = state.keys[:, :, cut:], state.values[:, :, cut:]
-                    state.length -= cut
-                counter = _counter(state)
-                if counter is not None:
-                    setattr(state, counter, max(getattr(state, counter) - lead, 0))
-            self.cache.seen_tokens = seen - lead
-            self.mask = self.mask[:, lead:]
-
-    @torch.inference_mode()
-    def step(self) -> torch.Tensor:
-        """Feed every row's last token: next-token logits ``[B, V]``."""
-        self.mask = F.pad(self.mask, (0, 1), value=1)
-        out = self.model(input_ids=self.last[:, None], attention_mask=self.mask, cache=self.cache, use_cache=True)
-        self.cache = out.cache
-        return out.logits[:, -1]
+    def __init__(self, model, sampler: Sampler | None = None) -> None:
+        super().__init__(model, sampler=sampler, use_plan=False)
 
 
 def batching_refusal(model, tolerance: float = 1e-3) -> str | None:
@@ -203,42 +54,38 @@ def batching_refusal(model, tolerance: float = 1e-3) -> str | None:
         return f"the context ({limit} positions) is too short for the batching probe"
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in (5, 9, 3)]
-    feeds = torch.randint(0, vocab, (3, 4), generator=gen)
-    device = model.device
-    feeds = feeds.to(device)
+    feeds = torch.randint(0, vocab, (3, 4), generator=gen).to(model.device)
+
+    def scripted(rows: list[int], seen: list[list[torch.Tensor]]) -> Sampler:
+        """Record the logits of each of ``rows`` in ``seen`` and pick the row's next feed (the last
+        pick of a row is never fed)."""
+        def pick(logits: torch.Tensor) -> torch.Tensor:
+            for j, i in enumerate(rows):
+                seen[i].append(logits[j])
+            return torch.stack([feeds[i, min(len(seen[i]), feeds.shape[1]) - 1] for i in rows])
+        return pick
+
+    alone, batched, rows = [[], [], []], [[], [], []], []
     try:
-        alone = []
-        for prompt, row in zip(prompts, feeds):
-            solo = DecodeBatch(model)
-            first = solo.prefill([prompt])
-            solo.join(first, row[:1])
-            steps = [first.logits[0]]
-            for k in range(feeds.shape[1]):
-                solo.last = row[k : k + 1].clone()
-                steps.append(solo.step()[0])
-            alone.append(steps)
-        batch, rows, count, pairs = DecodeBatch(model), [], [0, 0, 0], []
+        for i, prompt in enumerate(prompts):
+            solo = DecodeBatch(model, scripted([i], alone)).prefill([prompt])
+            for _ in range(feeds.shape[1] + 1):
+                solo.step()
+        batch = DecodeBatch(model, scripted(rows, batched))
 
         def join(group: list[int]) -> None:
-            prefilled = batch.prefill([prompts[i] for i in group])
-            pairs.extend((prefilled.logits[j], alone[i][0]) for j, i in enumerate(group))
-            batch.join(prefilled, feeds[group, 0])
+            prefilled = DecodeBatch(model, scripted(group, batched)).prefill([prompts[i] for i in group])
+            prefilled.step()
+            batch.join(prefilled)
             rows.extend(group)
 
-        def feed() -> None:
-            batch.last = torch.stack([feeds[i, count[i]] for i in rows])
-            out = batch.step()
-            for j, i in enumerate(rows):
-                count[i] += 1
-                pairs.append((out[j], alone[i][count[i]]))
-
-        join([0]), feed(), join([1, 2]), feed(), feed()
+        join([0]), batch.step(), join([1, 2]), batch.step(), batch.step()
         batch.keep([0, 2])
         rows.remove(1)
-        feed()
+        batch.step()
     except (CannotBatch, ValueError, TypeError, RuntimeError) as err:
         return f"its cache cannot be joined into a padded batch ({err})"
-    worst = max(float((a - b).abs().max()) for a, b in pairs)
+    worst = max(float((a - b).abs().max()) for i in range(3) for a, b in zip(batched[i], alone[i]))
     if worst > tolerance:
         return f"a padded batch decodes differently from a single row (max |logit difference| {worst:.2e})"
     return None

@@ -14,14 +14,13 @@ after ``Assistant:``::
 
 Each turn is ``<Role>: <content>`` followed by a newline (``developer`` turns are rendered as
 ``System``). The completion stops at the model's end-of-text token or when the model starts the
-next user turn (the stop string ``"\\nUser:"``, never part of the returned text), besides the
-request's own ``stop`` strings and ``max_tokens``. A model fine-tuned on this layout answers in it;
-a base model trained on plain text simply continues the transcript.
+next user turn (the stop string ``"\\nUser:"``, :data:`slmlab.generation.chat.TURN_STOP`, never part
+of the returned text), besides the request's own ``stop`` strings and ``max_tokens``. A model
+fine-tuned on this layout answers in it; a base model trained on plain text simply continues the
+transcript.
 """
 
 from __future__ import annotations
-
-TURN_STOP = "\nUser:"
 
 
 def render_chat(messages: list[dict], tokenizer=None) -> str:
@@ -30,8 +29,3 @@ def render_chat(messages: list[dict], tokenizer=None) -> str:
     from ..data.chat import render_chat_text, render_plain
 
     return render_plain(messages) if tokenizer is None else render_chat_text(tokenizer, messages)
-
-
-def chat_stops(stop: list[str]) -> list[str]:
-    """The request's stop strings plus the start of a new user turn."""
-    return list(stop) + ([TURN_STOP] if TURN_STOP not in stop else [])

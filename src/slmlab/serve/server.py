@@ -1,13 +1,16 @@
-"""From a run or checkpoint to a ready app: load the model, find its end-of-text ids, decide between
-continuous batching and a one-at-a-time queue, and build the worker and the routes."""
+"""From a run or checkpoint to a running server: load the model, find its end-of-text ids, decide
+between continuous batching and a one-at-a-time queue, build the worker and the routes, and serve
+them with uvicorn until a signal stops both."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .app import DEFAULT_MAX_REQUEST_BYTES, ServedModel, build_app, check_api_key
+from .app import build_app
 from .batch import batching_refusal
+from .http import DEFAULT_MAX_REQUEST_BYTES, check_api_key
+from .routes import ServedModel
 from .worker import Worker
 
 
@@ -39,6 +42,22 @@ class Server:
         else:
             mode = f"one request at a time, the others queue: {self.batching_refusal}"
         return [head, mode]
+
+    def run(self, host: str, port: int, log_level: str = "warning", shutdown_grace: float = 5.0) -> None:
+        """Serve on ``host:port`` until SIGINT/SIGTERM. The signal also stops the model worker, which
+        answers every request it holds or that waits with 503 at once, so no open connection keeps the
+        shutdown waiting (any still open after ``shutdown_grace`` seconds is cancelled by uvicorn)."""
+        import uvicorn
+
+        worker = self.worker
+
+        class _Uvicorn(uvicorn.Server):
+            def handle_exit(self, sig, frame) -> None:
+                worker.shutdown()
+                super().handle_exit(sig, frame)
+
+        _Uvicorn(uvicorn.Config(self.app, host=host, port=port, log_level=log_level, access_log=False,
+                                timeout_graceful_shutdown=shutdown_grace)).run()
 
 
 def build_server(run: str | Path, max_batch: int = 8, max_queue: int = 64, api_key: str | None = None,
@@ -96,3 +115,18 @@ def run_name(path: str | Path, ckpt: Path) -> str:
     if folder.name == "checkpoints":
         folder = folder.parent
     return folder.name or ckpt.name
+
+
+def check_address(host: str, port: int) -> None:
+    """Refuse an address that cannot be bound before the model is loaded (a port in use, a host that
+    is not this machine's)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(infos[0][4])
+    except OSError as err:
+        raise ValueError(f"cannot listen on {host}:{port} ({err.strerror or err}); pick another --port, or stop the"
+                         " program using it") from None

@@ -8,12 +8,15 @@ it is full). The worker thread then either
   step feeds every row's last token through the model and its cache, samples one token per row
   with that row's own settings and random generator, and removes rows that finished or whose
   client went away. A request that arrives at an idle worker with nobody behind it decodes
-  *alone* first, through :func:`slmlab.generation.generate` (the family's decode plan: one row
-  needs no padding mask, and the plan's step is the cheaper one); as soon as another request
-  waits, it hands over: its prompt and the tokens it has so far are prefilled as a row of the
-  batch, which goes on from its last token (one prefill, no token lost or repeated); or
-* **queues** (:meth:`Worker._run_sequential`): one request at a time through
-  :func:`slmlab.generation.generate` (the family's decode plan when it has one).
+  *alone* first, through its own :class:`~slmlab.generation.Decoder` (the family's decode plan:
+  one row needs no padding mask, and the plan's step is the cheaper one); as soon as another
+  request waits, it hands over: its prompt and the tokens it has so far are prefilled as a row of
+  the batch, which goes on from its last token (one prefill, no token lost or repeated); or
+* **queues** (:meth:`Worker._run_sequential`): one request at a time, each through its own
+  :class:`~slmlab.generation.Decoder` (the family's decode plan when it has one).
+
+Every path steps the same decoder and decides between two steps whether to go on (a finished,
+cancelled or handed-over request simply takes no further step).
 
 Either way a request's events (text deltas, the end with its finish reason and token counts, or an
 error) go back to the event loop in one hand-over per decoding step (one wake-up of the loop, not
@@ -38,11 +41,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..generation import SamplingConfig, generate, sample_next
+from ..generation import Decoder, SamplingConfig, sample_next
+from ..generation.text import TextStream
 from ..layers.fused import frozen_weights
-from .batch import CannotBatch, DecodeBatch, Prefilled
+from .batch import CannotBatch, DecodeBatch
 from .errors import APIError
-from .text import TextStream
 
 logger = logging.getLogger("slmlab.serve")
 
@@ -98,17 +101,9 @@ class _Rows:
     """The batched worker's state: the decoding batch, its jobs (one per row, in order), and a group
     of prefilled jobs whose cache could not join (they start the next batch)."""
 
-    batch: DecodeBatch
+    batch: DecodeBatch | None = None
     jobs: list[Job] = field(default_factory=list)
-    held: tuple | None = None
-
-
-class _Stop(Exception):
-    """Ends :func:`generate` early from its callback (stop string, or the client went away)."""
-
-
-class _HandOver(Exception):
-    """Ends a request's lone :func:`generate` early because another request waits: it goes on in the batch."""
+    held: tuple[list[Job], DecodeBatch] | None = None
 
 
 class Worker:
@@ -121,7 +116,7 @@ class Worker:
         max_queue: requests that may wait for a row; more get 503.
         batched: continuous batching (True) or a queue served one request at a time (False).
         alone_first: batched, a request that finds the worker idle and nobody waiting decodes
-            alone through ``generate`` until another request arrives (False: every request takes a
+            alone through its own decoder until another request arrives (False: every request takes a
             row of the batch from its start).
     """
 
@@ -316,39 +311,28 @@ class Worker:
             self._decode_alone(job, hand_over=False)
 
     def _decode_alone(self, job: Job, hand_over: bool) -> bool:
-        """Decode ``job`` by itself through :func:`generate` to its end; with ``hand_over``, stop as
-        soon as another request waits. True when it stopped for that (``job.generated`` holds its
-        tokens so far, the last one not yet fed to the model)."""
+        """Decode ``job`` by itself through its own :class:`Decoder` to its end; with ``hand_over``,
+        stop as soon as another request waits. True when it stopped for that (``job.generated`` holds
+        its tokens so far, the last one not yet fed to the model)."""
         with self.cond:
             self.running = 1
             self.counts["peak_running"] = max(self.counts["peak_running"], 1)
-
-        def on_token(tokens: torch.Tensor, job=job) -> None:
-            if job.cancelled or self._stopping:
-                raise _Stop
-            token = int(tokens[0])
-            job.generated.append(token)
-            finished = self._token(job, token)
-            self._flush()
-            if finished:
-                raise _Stop
-            if hand_over and self.waiting:  # a read of the deque's length: no lock needed for a hint
-                raise _HandOver
-
         try:  # everything about this request, its preparation included, fails this request alone
             self._prepare(job)
-            ids = torch.tensor([job.prompt_ids], device=self.device)
-            generate(self.model, ids, job.max_tokens, job.sampling, stop_tokens=self.stop_ids, callback=on_token,
-                     generator=job.generator)
-        except _Stop:
-            pass
-        except _HandOver:
-            return True
+            decoder = Decoder(self.model, job.sampling, generator=job.generator, stop_tokens=self.stop_ids)
+            decoder.prefill(torch.tensor([job.prompt_ids], device=self.device), max_new_tokens=job.max_tokens)
+            while not (decoder.done or job.finished or job.cancelled or self._stopping):
+                token = int(decoder.step()[0])
+                job.generated.append(token)
+                self._token(job, token)
+                self._flush()
+                if hand_over and not job.finished and self.waiting:  # a read of the deque's length: a hint
+                    return True
         except Exception as err:
             self._fail(job, err)
         if job.cancelled and not job.finished:
             self._drop_cancelled(job)
-        elif not job.finished and not self._stopping:  # generate ended without a reason we know of
+        elif not job.finished and not self._stopping:  # the decoder ended without a reason we know of
             self._finish(job, "length")
         self._flush()
         with self.cond:
@@ -359,24 +343,31 @@ class Worker:
         """Continue a request that decoded alone as the first row of the (empty) batch: prefill its
         prompt and its tokens but the last, which the row feeds next."""
         try:
-            prefilled = rows.batch.prefill([job.prompt_ids + job.generated[:-1]])
-            rows.batch.join(prefilled, torch.tensor(job.generated[-1:], device=self.device))
+            row = DecodeBatch(self.model).prefill([job.prompt_ids + job.generated[:-1]],
+                                                  next_tokens=torch.tensor(job.generated[-1:], device=self.device))
+            rows.batch.join(row)
             rows.jobs.append(job)
         except Exception as err:
             self._fail(job, err)
             self._flush()
 
-    def _sample(self, logits: torch.Tensor, jobs: list[Job]) -> list[int]:
-        """One token per row, each with its own sampling settings and generator; a row whose sampling
-        fails is failed alone (its token is then the greedy one, and the row leaves at the next step)."""
-        greedy = logits.argmax(-1).tolist()
+    def _sample(self, logits: torch.Tensor, jobs: list[Job]) -> torch.Tensor:
+        """One token per row (``[B]``), each with its own sampling settings and generator; a row whose
+        sampling fails is failed alone (its token is then the greedy one, and the row leaves at the
+        next step)."""
+        tokens = logits.argmax(-1)
         for i, job in enumerate(jobs):
             if job.sampling.temperature > 0 and not job.finished:
                 try:
-                    greedy[i] = int(sample_next(logits[i : i + 1], job.sampling, job.generator)[0])
+                    tokens[i] = sample_next(logits[i : i + 1], job.sampling, job.generator)[0]
                 except Exception as err:
                     self._fail(job, err)
-        return greedy
+        return tokens
+
+    def _reset(self, rows: _Rows) -> None:
+        """An empty batch whose rows are ``rows.jobs``, each sampled with its own settings."""
+        rows.jobs = []
+        rows.batch = DecodeBatch(self.model, lambda logits: self._sample(logits, rows.jobs))
 
     def _admit(self, free: int, block: bool) -> list[Job]:
         """Up to ``free`` waiting requests (blocking for the first when ``block``)."""
@@ -412,7 +403,8 @@ class Worker:
         return groups
 
     def _run_batched(self) -> None:
-        rows = _Rows(DecodeBatch(self.model))
+        rows = _Rows()
+        self._reset(rows)
         while not self._stopping:
             try:
                 self._batched_iteration(rows)
@@ -421,14 +413,15 @@ class Worker:
                 for job in list(self._held.values()):
                     self._fail(job, err)
                 self._flush()
-                rows = _Rows(DecodeBatch(self.model))
+                rows = _Rows()
+                self._reset(rows)
 
     def _batched_iteration(self, rows: _Rows) -> None:
         """Admit and prefill waiting requests, drop finished rows, decode one step."""
         if rows.held is not None and not rows.jobs:  # they start the next batch once the current rows are done
-            group, prefilled, tokens = rows.held
+            group, prefilled = rows.held
             rows.held = None
-            rows.batch.join(prefilled, tokens)
+            rows.batch.join(prefilled)
             rows.jobs.extend(group)
         admitted = self._admit(self.max_batch - len(rows.jobs), block=not rows.jobs) if rows.held is None else []
         if self.alone_first and len(admitted) == 1 and not rows.jobs and rows.held is None and not self.waiting:
@@ -458,14 +451,12 @@ class Worker:
         if not rows.jobs:
             return
         try:
-            logits = rows.batch.step()
-            tokens = self._sample(logits, rows.jobs)
-            rows.batch.last = torch.tensor(tokens, device=self.device)
+            tokens = rows.batch.step().tolist()
         except Exception as err:
             for job in rows.jobs:
                 self._fail(job, err)
             self._flush()
-            rows.batch, rows.jobs = DecodeBatch(self.model), []
+            self._reset(rows)
             return
         for job, token in zip(rows.jobs, tokens):
             self._push(job, token)
@@ -479,9 +470,8 @@ class Worker:
             self._flush()
             return
         try:
-            prefilled: Prefilled = rows.batch.prefill([job.prompt_ids for job in group])
-            first = self._sample(prefilled.logits, group)
-            tokens = torch.tensor(first, device=self.device)
+            prefilled = DecodeBatch(self.model, lambda logits: self._sample(logits, group))
+            first = prefilled.prefill([job.prompt_ids for job in group]).step().tolist()
         except Exception as err:
             for job in group:
                 self._fail(job, err)
@@ -491,11 +481,11 @@ class Worker:
             self._push(job, token)
         self._flush()  # first tokens out before anything else runs
         try:
-            rows.batch.join(prefilled, tokens)
+            rows.batch.join(prefilled)
             rows.jobs.extend(group)
         except CannotBatch as err:
             logger.info("%d requests wait for the running batch to finish: %s", len(group), err)
-            rows.held = (group, prefilled, tokens)
+            rows.held = (group, prefilled)
         except Exception as err:  # the running batch is unchanged (join restores it)
             for job in group:
                 self._fail(job, err)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ...layers.attention import CausalSelfAttention, sdpa
-from ...layers.cache import KVState, LayerState
+from ...layers.cache import KVState, LayerState, join_rows
 from ...layers.masks import AttentionBias, has_padding
 from ...layers.rotary import apply_rotary
 
@@ -57,6 +57,8 @@ class HammerLayerState(KVState):
     ``[B, H_kv, 2 L, D]`` and the state-cell output at the last position ``last_state [B, 1, S]``
     (the shifted state of the next position). Cannot be cropped (the state summarises the past)."""
 
+    slots_per_token = 2  # the state token and the hidden token of each position
+
     def __init__(self) -> None:
         super().__init__()
         self.last_state: torch.Tensor | None = None
@@ -69,6 +71,11 @@ class HammerLayerState(KVState):
 
     def crop(self, length: int) -> None:
         LayerState.crop(self, length)
+
+    def join(self, other: HammerLayerState) -> None:
+        last_state = join_rows(self.last_state, other.last_state, "HammerLayerState.last_state")
+        super().join(other)
+        self.last_state = last_state
 
 
 class RunningSum(LayerState):
@@ -84,6 +91,15 @@ class RunningSum(LayerState):
             out = out + self.total
         self.total = out[:, -1:]
         return out.to(x.dtype)
+
+    def left_pad(self, n: int) -> None:
+        """Nothing to do: padded positions add zero to the sum."""
+
+    def join(self, other: RunningSum) -> None:
+        self.total = join_rows(self.total, other.total, "RunningSum.total")
+
+    def drop_leading(self, n: int) -> None:
+        """Nothing to do: the sum keeps no positions."""
 
 
 class NanoHammerAttention(CausalSelfAttention):

@@ -32,6 +32,11 @@ class RetrievalMode(TensorState):
             " after the prompt), so re-feeding verified draft tokens in one call would change which tokens read"
         )
 
+    def batch_refusal(self) -> str | None:
+        if getattr(self, "positions", None) is not None:
+            return "explicit retrieval positions name columns of one prefill, which padding or trimming would move"
+        return None
+
 
 class PGSMPreTrainedModel(SLMPreTrainedModel):
     config_class = PGSMConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .....layers.cache import KVState
+from .....layers.cache import CannotBatch, KVState, join_rows, same_setting
 
 
 class NeoLLMAttentionState(KVState):
@@ -24,7 +24,8 @@ class NeoLLMAttentionState(KVState):
             windows when it was derived from each row's real length (None until then / on non-local layers).
         pseudo_heads: ``P`` of this layer (for token counts).
 
-    Tensors all have the batch on dim 0, so beam reordering and repetition work unchanged.
+    Tensors all have the batch on dim 0, so beam reordering and repetition work unchanged; a batch
+    join concatenates the momentum state and per-row windows, and needs an int window to agree.
     """
 
     def __init__(self, pseudo_heads: int = 1) -> None:
@@ -34,6 +35,11 @@ class NeoLLMAttentionState(KVState):
         self.has_prev: torch.Tensor | None = None
         self.window: int | torch.Tensor | None = None
         self.pseudo_heads = pseudo_heads
+
+    @property
+    def slots_per_token(self) -> int:
+        """``P`` key/value slots per token (the interleaved pseudo-token layout)."""
+        return self.pseudo_heads
 
     @property
     def num_tokens(self) -> int:
@@ -53,3 +59,17 @@ class NeoLLMAttentionState(KVState):
         if reason is not None:
             raise ValueError(f"a NeoLLM attention state cannot be cropped: {reason}")
         super().crop(length)
+
+    def join(self, other: NeoLLMAttentionState) -> None:
+        same_setting(self.pseudo_heads, other.pseudo_heads, "NeoLLMAttentionState.pseudo_heads")
+        if isinstance(self.window, torch.Tensor) != isinstance(other.window, torch.Tensor):
+            raise CannotBatch("NeoLLMAttentionState.window is set in one cache only")
+        if not isinstance(self.window, torch.Tensor):
+            same_setting(self.window, other.window, "NeoLLMAttentionState.window")
+        name = "NeoLLMAttentionState"
+        prev_q = join_rows(self.prev_q, other.prev_q, f"{name}.prev_q")
+        prev_k = join_rows(self.prev_k, other.prev_k, f"{name}.prev_k")
+        has_prev = join_rows(self.has_prev, other.has_prev, f"{name}.has_prev")
+        window = join_rows(self.window, other.window, f"{name}.window") if isinstance(self.window, torch.Tensor) else self.window
+        super().join(other)
+        self.prev_q, self.prev_k, self.has_prev, self.window = prev_q, prev_k, has_prev, window
