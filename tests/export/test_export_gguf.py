@@ -255,6 +255,16 @@ def test_every_declared_architecture_is_one_gguf_knows():
     assert {a for a in declared.values() if a} <= set(gguf.MODEL_ARCH_NAMES.values())
 
 
+@pytest.mark.parametrize("family", sorted(BUILD))
+def test_every_metadata_key_is_a_gguf_writer_method(family):
+    from slmlab.models.registry import get_export_info
+
+    config_class, _, kwargs = BUILD[family]
+    metadata = get_export_info(family).gguf.metadata(config_class(**kwargs))
+    assert metadata["block_count"] == kwargs["num_layers"] and metadata["vocab_size"] == kwargs["vocab_size"]
+    assert [key for key in metadata if not callable(getattr(gguf.GGUFWriter, f"add_{key}", None))] == []
+
+
 @pytest.mark.parametrize("dtype", ["q4_k", "bf16", "F32"])
 def test_refuses_unknown_dtype(tmp_path, bpe, dtype):
     folder = save(tmp_path, build("lumen"), bpe)

@@ -41,6 +41,22 @@ def parse_overrides(items: list[str]) -> dict:
     return parse(list(items))
 
 
+def add_run_arguments(p, resume_help: str, allow_change_help: str) -> None:
+    """The run-folder options of the training commands (train, finetune): ``--out``, ``--steps``, ``--resume``
+    (``resume_help``), ``--resume-from`` and ``--allow-change`` (``allow_change_help``); :func:`run_overrides`
+    turns the first two into overrides."""
+    p.add_argument("--out", help="run folder (= out_dir=...)")
+    p.add_argument("--steps", type=int, help="optimiser steps (= max_steps=...)")
+    p.add_argument("--resume", action="store_true", help=resume_help)
+    p.add_argument("--resume-from", metavar="PATH", help="continue from this run or checkpoint folder")
+    p.add_argument("--allow-change", metavar="FIELD", action="append", default=[], help=allow_change_help)
+
+
+def run_overrides(args) -> list[str]:
+    """``out_dir=...`` and ``max_steps=...`` for the ``--out`` and ``--steps`` given (:func:`add_run_arguments`)."""
+    return [f"{key}={value}" for key, value in (("out_dir", args.out), ("max_steps", args.steps)) if value is not None]
+
+
 def add_quantize_argument(p) -> None:
     """``--quantize int8|int4`` (generate, eval, serve): weight-only quantized linears on the CPU, one choice
     per row of :data:`slmlab.quant_schemes.SCHEMES`."""

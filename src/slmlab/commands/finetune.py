@@ -3,7 +3,7 @@ the same :class:`~slmlab.train.trainer.Trainer` as ``slmlab train``."""
 
 from __future__ import annotations
 
-from ._common import command_parser, split_items
+from ._common import add_run_arguments, command_parser, run_overrides, split_items
 
 
 def finetune_command(argv: list[str]) -> int:
@@ -37,12 +37,8 @@ def finetune_command(argv: list[str]) -> int:
                    "targets=NAME,NAME (each optional)")
     p.add_argument("--merge", action="store_true", help="write OUT/merged (or, without --data, merge RUN's adapter"
                    " into --out)")
-    p.add_argument("--out", help="run folder (= out_dir=...)")
-    p.add_argument("--steps", type=int, help="optimiser steps (= max_steps=...)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of out_dir")
-    p.add_argument("--resume-from", metavar="PATH", help="continue from this run or checkpoint folder")
-    p.add_argument("--allow-change", metavar="FIELD", action="append", default=[],
-                   help="on resume, accept a change of this protected field; repeatable")
+    add_run_arguments(p, "continue from the newest checkpoint of out_dir",
+                      "on resume, accept a change of this protected field; repeatable")
     p.add_argument("--make-data", metavar="OUT.jsonl", help="write the builtin:chat set to this file and exit")
     p.add_argument("--eval-only", action="store_true", help="print RUN's held-out assistant-token loss on --data and"
                    " exit (a base model, a fine-tune or an adapter; nothing is trained)")
@@ -78,9 +74,6 @@ def finetune_command(argv: list[str]) -> int:
     from ..train.finetune import finetune_run
 
     files, overrides = split_items(args.items)
-    overrides = [f"model={args.run}", f"data={args.data}"] + overrides
-    for key, value in (("out_dir", args.out), ("max_steps", args.steps)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    overrides = [f"model={args.run}", f"data={args.data}"] + overrides + run_overrides(args)
     return finetune_run(args.run, files, overrides, args.lora, args.resume_from or args.resume, tuple(args.allow_change),
                         args.merge)

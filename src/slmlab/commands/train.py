@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import command_parser, split_items
+from ._common import add_run_arguments, command_parser, run_overrides, split_items
 
 
 def train_command(argv: list[str]) -> int:
@@ -30,17 +30,12 @@ def train_command(argv: list[str]) -> int:
     p.add_argument("items", nargs="*", help="config.yaml files and key=value overrides (dotted keys: optim.lr=3e-4)")
     p.add_argument("--model", help="family, family:preset, preset, or saved model folder (= model=...)")
     p.add_argument("--data", help="corpus, files or synthetic task (= data=...)")
-    p.add_argument("--out", help="run folder (= out_dir=...)")
-    p.add_argument("--steps", type=int, help="optimiser steps (= max_steps=...)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint of out_dir (fresh if none)")
-    p.add_argument("--resume-from", metavar="PATH", help="continue from this run or checkpoint folder")
-    p.add_argument("--allow-change", metavar="FIELD", action="append", default=[],
-                   help="on resume, accept a change of this protected field (data, seed, block_size, ...); repeatable")
+    add_run_arguments(p, "continue from the newest checkpoint of out_dir (fresh if none)",
+                      "on resume, accept a change of this protected field (data, seed, block_size, ...); repeatable")
     args = p.parse_intermixed_args(argv)  # options may sit between config files and overrides
     from ..train.run import train_run
 
     files, overrides = split_items(args.items)
-    for key, value in (("model", args.model), ("data", args.data), ("out_dir", args.out), ("max_steps", args.steps)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    overrides += [f"{key}={value}" for key, value in (("model", args.model), ("data", args.data)) if value is not None]
+    overrides += run_overrides(args)
     return train_run(files, overrides, args.resume_from or args.resume, tuple(args.allow_change))

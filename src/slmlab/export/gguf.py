@@ -305,7 +305,8 @@ def write_gguf(model, tokenizer, out: Path, *, dtype: str = "f32", name: str | N
         writer.add_type(gguf.GGUFType.MODEL)
         writer.add_name(name or family)
         writer.add_context_length(context_length or config.max_position_embeddings)
-        layout.metadata(writer, config)
+        for key, value in layout.metadata(config).items():
+            getattr(writer, f"add_{key}")(value)
         file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
                      "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[dtype]
         writer.add_file_type(int(file_type))

@@ -22,9 +22,10 @@ class GGUFLayout:
 
     Args:
         arch: llama.cpp's architecture name, as ``gguf.MODEL_ARCH_NAMES`` spells it (``"llama"``).
-        metadata: ``(gguf writer, config) -> None``: the architecture's hyper-parameter keys
-            (``writer.add_block_count(...)``, ...); raises ``ValueError``, saying why and what to use
-            instead, for a configuration llama.cpp cannot run.
+        metadata: ``config -> {key: value}``: the architecture's hyper-parameters, in the order they are
+            written, each key a ``gguf`` writer method less its ``add_`` (``{"block_count": 4, ...}`` is
+            ``writer.add_block_count(4)``); raises ``ValueError``, saying why and what to use instead, for a
+            configuration llama.cpp cannot run.
         tensor: ``(slmlab tensor name, float32 numpy array, config) -> array`` in llama.cpp's layout;
             None keeps every tensor as it is.
         keep_f32: fragments of GGUF tensor names stored as f32 whatever the export dtype, besides the
@@ -32,7 +33,7 @@ class GGUFLayout:
     """
 
     arch: str
-    metadata: Callable[[Any, Any], None]
+    metadata: Callable[[Any], dict[str, Any]]
     tensor: Callable[[str, Any, Any], Any] | None = None
     keep_f32: tuple[str, ...] = ()
 
@@ -66,3 +67,11 @@ class ExportInfo:
     def gguf_arch(self) -> str | None:
         """llama.cpp's architecture name for the family, or None when it has no GGUF export."""
         return self.gguf.arch if self.gguf is not None else None
+
+
+def same_names_twin(twin_class, hf_config, model) -> tuple[Any, None]:
+    """``(twin_class(hf_config) holding model's state_dict as it is, in eval mode, None)``: the
+    :attr:`ExportInfo.hf_twin` result of a family whose parameter names are transformers' own."""
+    twin = twin_class(hf_config)
+    twin.load_state_dict(model.state_dict(), strict=True)
+    return twin.eval(), None

@@ -316,8 +316,8 @@ def encoder_of(model) -> TransactionEncoder:
 
 
 class TxnHeadModel(TxnPreTrainedModel):
-    """Base of the fine-tuned models: ``encoder`` (a :class:`TransactionEncoder`) plus a head that the
-    subclass builds in ``__init__`` (after ``super().__init__(config)``, reading ``self.config``)
+    """Base of the fine-tuned models: ``encoder`` (a :class:`TransactionEncoder`, built here) plus a head
+    that the subclass builds in ``__init__`` (after ``super().__init__(config)``, reading ``self.config``)
     before calling :meth:`_finish_init`. ``config_class`` is the head's :class:`TxnHeadConfig`
     subclass; a config of another class (an encoder's, another head's) is converted with
     :meth:`TxnHeadConfig.from_config`."""
@@ -328,6 +328,7 @@ class TxnHeadModel(TxnPreTrainedModel):
         if not isinstance(config, self.config_class):
             config = self.config_class.from_config(config)
         super().__init__(config)
+        self.encoder = TransactionEncoder(self.config)
 
     def _finish_init(self) -> None:
         """Hugging Face init of the new head, PAD rows of the embedding re-zeroed, and the encoder

@@ -36,33 +36,25 @@ def _budget_layout(k: int, base: dict) -> dict:
             "block_multiple_of": 8}
 
 
+# how `slmlab compare --budget` sizes the family (slmlab.models.budget)
+SCALING = ScalingRule(
+    "width d = 8k (head dim d/4, even), the default's 8 layers [conv, conv, attn, conv, attn, conv, attn, conv],"
+    " 4 query / 2 KV heads, intermediate 4d (SwiGLU 2/3 of it, rounded up to 8); intermediate_size (multiples"
+    " of 12) absorbs the rounding",
+    _budget_layout, "intermediate_size", 12,
+)
+
+# the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
+# attention (q, k, v, out_proj), the gated short convolutions' in/out projections (in_proj, out_proj) and
+# the SwiGLU (w1, w3, w2); the convolution kernels, norms and tied embedding stay frozen
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3")
+
 FAMILY = register_family(Family(
     name="lfm2", config_class=Lfm2SmallConfig, model_class=Lfm2SmallForCausalLM,
-    audit=audit_parameters, export=EXPORT, presets=PRESETS,
+    audit=audit_parameters, export=EXPORT, presets=PRESETS, scaling=SCALING, lora_targets=LORA_TARGETS,
     description="LFM2Small: gated short-conv / GQA (QK-norm) hybrid, SwiGLU, streaming conv cache",
-    # how `slmlab compare --budget` sizes the family (slmlab.models.budget)
-    scaling=ScalingRule(
-        "width d = 8k (head dim d/4, even), the default's 8 layers [conv, conv, attn, conv, attn, conv, attn, conv],"
-        " 4 query / 2 KV heads, intermediate 4d (SwiGLU 2/3 of it, rounded up to 8); intermediate_size (multiples"
-        " of 12) absorbs the rounding",
-        _budget_layout, "intermediate_size", 12,
-    ),
-    # the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
-    # attention (q, k, v, out_proj), the gated short convolutions' in/out projections (in_proj, out_proj) and
-    # the SwiGLU (w1, w3, w2); the convolution kernels, norms and tied embedding stay frozen
-    lora_targets=("q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"),
 ))
 
-__all__ = [
-    "FAMILY",
-    "PRESETS",
-    "Lfm2SmallBackbone",
-    "Lfm2SmallConfig",
-    "Lfm2SmallForCausalLM",
-    "Lfm2SmallModel",
-    "audit_parameters",
-    "config_from_transformers",
-    "config_to_transformers",
-    "effective_intermediate_size",
-    "from_transformers",
-]
+__all__ = ["FAMILY", "PRESETS", "Lfm2SmallBackbone", "Lfm2SmallConfig", "Lfm2SmallForCausalLM", "Lfm2SmallModel",
+           "audit_parameters", "config_from_transformers", "config_to_transformers", "effective_intermediate_size",
+           "from_transformers"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..export_info import ExportInfo, GGUFLayout
+from ..export_info import ExportInfo, GGUFLayout, same_names_twin
 from .configuration_lfm2 import Lfm2SmallConfig
 
 
@@ -44,23 +44,14 @@ def config_from_transformers(hf_config) -> Lfm2SmallConfig:
     if head_dim is not None and head_dim != hf_config.hidden_size // hf_config.num_attention_heads:
         raise ValueError(f"head_dim={head_dim} other than hidden_size/num_attention_heads is not supported")
     return Lfm2SmallConfig(
-        vocab_size=hf_config.vocab_size,
-        hidden_size=hf_config.hidden_size,
-        intermediate_size=hf_config.intermediate_size,
-        num_attention_heads=hf_config.num_attention_heads,
-        num_key_value_heads=hf_config.num_key_value_heads,
-        num_layers=hf_config.num_hidden_layers,
-        layer_types=list(hf_config.layer_types),
-        conv_kernel_size=hf_config.conv_L_cache,
-        block_auto_adjust_ff_dim=hf_config.block_auto_adjust_ff_dim,
-        block_multiple_of=hf_config.block_multiple_of,
-        block_ffn_dim_multiplier=hf_config.block_ffn_dim_multiplier,
-        rms_norm_eps=hf_config.norm_eps,
-        rope_theta=rope.get("rope_theta", 1_000_000.0),
-        max_position_embeddings=hf_config.max_position_embeddings,
-        initializer_range=hf_config.initializer_range,
-        conv_bias=hf_config.conv_bias,
-        tie_word_embeddings=hf_config.tie_word_embeddings,
+        vocab_size=hf_config.vocab_size, hidden_size=hf_config.hidden_size, intermediate_size=hf_config.intermediate_size,
+        num_attention_heads=hf_config.num_attention_heads, num_key_value_heads=hf_config.num_key_value_heads,
+        num_layers=hf_config.num_hidden_layers, layer_types=list(hf_config.layer_types),
+        conv_kernel_size=hf_config.conv_L_cache, block_auto_adjust_ff_dim=hf_config.block_auto_adjust_ff_dim,
+        block_multiple_of=hf_config.block_multiple_of, block_ffn_dim_multiplier=hf_config.block_ffn_dim_multiplier,
+        rms_norm_eps=hf_config.norm_eps, rope_theta=rope.get("rope_theta", 1_000_000.0),
+        max_position_embeddings=hf_config.max_position_embeddings, initializer_range=hf_config.initializer_range,
+        conv_bias=hf_config.conv_bias, tie_word_embeddings=hf_config.tie_word_embeddings,
     )
 
 
@@ -69,22 +60,14 @@ def config_to_transformers(config: Lfm2SmallConfig, **overrides):
     from transformers import Lfm2Config
 
     kwargs = dict(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads,
-        max_position_embeddings=config.max_position_embeddings,
-        initializer_range=config.initializer_range,
-        norm_eps=config.rms_norm_eps,
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers, num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads, max_position_embeddings=config.max_position_embeddings,
+        initializer_range=config.initializer_range, norm_eps=config.rms_norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
-        conv_bias=config.conv_bias,
-        conv_L_cache=config.conv_kernel_size,
-        block_multiple_of=config.block_multiple_of,
+        conv_bias=config.conv_bias, conv_L_cache=config.conv_kernel_size, block_multiple_of=config.block_multiple_of,
         block_ffn_dim_multiplier=config.block_ffn_dim_multiplier,
-        block_auto_adjust_ff_dim=config.block_auto_adjust_ff_dim,
-        layer_types=config.layer_types,
+        block_auto_adjust_ff_dim=config.block_auto_adjust_ff_dim, layer_types=config.layer_types,
         tie_word_embeddings=config.tie_word_embeddings,
     )
     return Lfm2Config(**{**kwargs, **overrides})
@@ -108,9 +91,7 @@ def transformers_twin(model, special_ids: dict):
         return None, "transformers' Lfm2 computes padded rows differently when conv_bias=True"
     from transformers import Lfm2ForCausalLM
 
-    twin = Lfm2ForCausalLM(config_to_transformers(config, **special_ids))
-    twin.load_state_dict(model.state_dict(), strict=True)
-    return twin.eval(), None
+    return same_names_twin(Lfm2ForCausalLM, config_to_transformers(config, **special_ids), model)
 
 
 def gguf_tensor(name: str, array, config):
@@ -120,24 +101,20 @@ def gguf_tensor(name: str, array, config):
     return array
 
 
-def gguf_metadata(writer, config) -> None:
+def gguf_metadata(config) -> dict:
     """llama.cpp's ``lfm2`` hyper-parameters of an LFM2 config; one with conv biases is refused."""
     if config.conv_bias:
         raise ValueError(
             "this lfm2 model has conv biases (conv_bias=True); llama.cpp's 'lfm2' architecture has none, so it"
             " cannot be exported to GGUF (use --to hf)"
         )
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_layers)
-    writer.add_feed_forward_length(config.effective_intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
     # llama.cpp's lfm2 reads a conv layer as one with no KV heads
-    writer.add_head_count_kv([config.num_key_value_heads if kind == "attn" else 0 for kind in config.layer_order])
-    writer.add_rope_freq_base(float(config.rope_theta))
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_shortconv_l_cache(config.conv_kernel_size)
-    writer.add_vocab_size(config.vocab_size)
-
+    kv_heads = [config.num_key_value_heads if kind == "attn" else 0 for kind in config.layer_order]
+    return {"embedding_length": config.hidden_size, "block_count": config.num_layers,
+            "feed_forward_length": config.effective_intermediate_size, "head_count": config.num_attention_heads,
+            "head_count_kv": kv_heads, "rope_freq_base": float(config.rope_theta),
+            "layer_norm_rms_eps": float(config.rms_norm_eps), "shortconv_l_cache": config.conv_kernel_size,
+            "vocab_size": config.vocab_size}
 
 GGUF = GGUFLayout(arch="lfm2", metadata=gguf_metadata, tensor=gguf_tensor, keep_f32=(".shortconv.conv.",))
 EXPORT = ExportInfo(display_name="LFM2", hf_twin=transformers_twin, gguf=GGUF)

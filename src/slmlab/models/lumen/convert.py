@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..export_info import ExportInfo, GGUFLayout
+from ..export_info import ExportInfo, GGUFLayout, same_names_twin
 
 
 def convert_seed_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -45,21 +45,12 @@ def config_to_transformers(config, **overrides):
     if int(config.intermediate_dim) <= 0:
         raise ValueError("an attention-only Lumen (intermediate_dim=0) has no transformers Llama equivalent")
     kwargs = dict(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_dim,
-        intermediate_size=config.intermediate_dim,
-        num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads,
-        num_key_value_heads=config.num_kv_heads,
-        head_dim=config.head_dim,
-        max_position_embeddings=config.max_seq_len,
-        rms_norm_eps=config.rms_norm_eps,
+        vocab_size=config.vocab_size, hidden_size=config.hidden_dim, intermediate_size=config.intermediate_dim,
+        num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads, num_key_value_heads=config.num_kv_heads,
+        head_dim=config.head_dim, max_position_embeddings=config.max_seq_len, rms_norm_eps=config.rms_norm_eps,
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
-        hidden_act="silu",
-        attention_bias=False,
-        mlp_bias=False,
-        initializer_range=config.initializer_range,
-        tie_word_embeddings=config.tie_word_embeddings,
+        hidden_act="silu", attention_bias=False, mlp_bias=False,
+        initializer_range=config.initializer_range, tie_word_embeddings=config.tie_word_embeddings,
     )
     return LlamaConfig(**{**kwargs, **overrides})
 
@@ -72,9 +63,7 @@ def transformers_twin(model, special_ids: dict):
         return None, "an attention-only lumen (intermediate_dim=0) has no Llama equivalent"
     from transformers import LlamaForCausalLM
 
-    twin = LlamaForCausalLM(config_to_transformers(config, **special_ids))
-    twin.load_state_dict(model.state_dict(), strict=True)
-    return twin.eval(), None
+    return same_names_twin(LlamaForCausalLM, config_to_transformers(config, **special_ids), model)
 
 
 def permute_qk(weight, n_heads: int):
@@ -94,23 +83,18 @@ def gguf_tensor(name: str, array, config):
     return array
 
 
-def gguf_metadata(writer, config) -> None:
+def gguf_metadata(config) -> dict:
     """llama.cpp's ``llama`` hyper-parameters of a Lumen config; an attention-only one is refused."""
     if config.intermediate_dim == 0:
         raise ValueError(
             "this lumen model has no MLP sublayer (intermediate_dim=0); llama.cpp's 'llama' architecture requires"
             " one in every block, so it cannot be exported to GGUF (use --to hf)"
         )
-    writer.add_embedding_length(config.hidden_dim)
-    writer.add_block_count(config.num_layers)
-    writer.add_feed_forward_length(config.intermediate_dim)
-    writer.add_head_count(config.num_heads)
-    writer.add_head_count_kv(config.num_kv_heads)
-    writer.add_rope_dimension_count(config.head_dim)
-    writer.add_rope_freq_base(float(config.rope_theta))
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_vocab_size(config.vocab_size)
-
+    return {"embedding_length": config.hidden_dim, "block_count": config.num_layers,
+            "feed_forward_length": config.intermediate_dim, "head_count": config.num_heads,
+            "head_count_kv": config.num_kv_heads, "rope_dimension_count": config.head_dim,
+            "rope_freq_base": float(config.rope_theta), "layer_norm_rms_eps": float(config.rms_norm_eps),
+            "vocab_size": config.vocab_size}
 
 GGUF = GGUFLayout(arch="llama", metadata=gguf_metadata, tensor=gguf_tensor)
 EXPORT = ExportInfo(display_name="SAGE-Lumen", hf_twin=transformers_twin, gguf=GGUF)

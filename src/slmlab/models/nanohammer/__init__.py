@@ -44,22 +44,24 @@ def _budget_layout(k: int, base: dict) -> dict:
             "state_hidden_size": width // 4, "intermediate_size": 4 * width}
 
 
+# how `slmlab compare --budget` sizes the family (slmlab.models.budget)
+SCALING = ScalingRule(
+    "width d = 16k, 4 layers (the tiny preset's depth), 4 query / 2 KV heads of dim d/4, 4 state heads over a"
+    " state of d/4 (even, divisible by the state heads; the default's d/4 ratio), SwiGLU 4d; the SwiGLU width"
+    " (multiples of 8) absorbs the rounding",
+    _budget_layout, "intermediate_size", 8,
+)
+
+# the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
+# attention and SwiGLU projections (Llama names) and the state path's projections (token_to_state,
+# state_to_hidden); the state cell's small MLP and the tied embedding stay frozen
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "token_to_state",
+                "state_to_hidden")
+
 FAMILY = register_family(Family(
     name="nanohammer", config_class=NanoHammerConfig, model_class=NanoHammerForCausalLM,
-    audit=audit_parameters, export=EXPORT, presets=PRESETS,
+    audit=audit_parameters, export=EXPORT, presets=PRESETS, scaling=SCALING, lora_targets=LORA_TARGETS,
     description="NanoHammer: rotated cumulative-sum state tokens beside Llama attention (GQA, RoPE, SwiGLU)",
-    # how `slmlab compare --budget` sizes the family (slmlab.models.budget)
-    scaling=ScalingRule(
-        "width d = 16k, 4 layers (the tiny preset's depth), 4 query / 2 KV heads of dim d/4, 4 state heads over a"
-        " state of d/4 (even, divisible by the state heads; the default's d/4 ratio), SwiGLU 4d; the SwiGLU width"
-        " (multiples of 8) absorbs the rounding",
-        _budget_layout, "intermediate_size", 8,
-    ),
-    # the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
-    # attention and SwiGLU projections (Llama names) and the state path's projections (token_to_state,
-    # state_to_hidden); the state cell's small MLP and the tied embedding stay frozen
-    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "token_to_state",
-                  "state_to_hidden"),
 ))
 
 __all__ = ["FAMILY", "NanoHammerConfig", "NanoHammerForCausalLM", "NanoHammerModel", "audit_parameters", "cache_nbytes"]

@@ -50,24 +50,26 @@ def _budget_layout(k: int, base: dict) -> dict:
             "use_hadamard_o_proj": width & (width - 1) == 0, "iha_local_global_pattern": _iha_pattern(layers)}
 
 
+# how `slmlab compare --budget` sizes the family (slmlab.models.budget)
+SCALING = ScalingRule(
+    "width d = 32k, 4 layers (the tiny preset's depth), 4 query / 2 KV heads with H*D = d, intermediate 3d (the"
+    " default's ratio), local/global pattern LLLG (the default's LLLLG cut to 4 layers so the last layer is"
+    " global), every other switch at its default; the Hadamard o_proj where d is a power of two, a dense"
+    " o_proj otherwise; the intermediate width (multiples of 8) absorbs the rounding",
+    _budget_layout, "intermediate_size", 8,
+)
+
+# the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
+# attention and MLP projections (FAN's periodic/linear projections where FAN is on, REPO's w_g and w_c). A
+# projection with learnable multipliers (RowMultipliedLinear, `use_learnable_multipliers`) is not a plain
+# linear layer: LoRA's merge would not commute with its multiplier, so it is skipped.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "periodic_proj",
+                "linear_proj", "w_g", "w_c")
+
 FAMILY = register_family(Family(
     name="neollm", config_class=NeoLLMConfig, model_class=NeoLLMForCausalLM,
-    audit=audit_parameters, export=EXPORT, presets=PRESETS,
+    audit=audit_parameters, export=EXPORT, presets=PRESETS, scaling=SCALING, lora_targets=LORA_TARGETS,
     description="NeoLLM: switchable research transformer (SiameseNorm, IHA, REPO-GRAPE, momentum, XSA, FAN, Spelling Bee)",
-    # how `slmlab compare --budget` sizes the family (slmlab.models.budget)
-    scaling=ScalingRule(
-        "width d = 32k, 4 layers (the tiny preset's depth), 4 query / 2 KV heads with H*D = d, intermediate 3d (the"
-        " default's ratio), local/global pattern LLLG (the default's LLLLG cut to 4 layers so the last layer is"
-        " global), every other switch at its default; the Hadamard o_proj where d is a power of two, a dense"
-        " o_proj otherwise; the intermediate width (multiples of 8) absorbs the rounding",
-        _budget_layout, "intermediate_size", 8,
-    ),
-    # the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
-    # attention and MLP projections (FAN's periodic/linear projections where FAN is on, REPO's w_g and w_c). A
-    # projection with learnable multipliers (RowMultipliedLinear, `use_learnable_multipliers`) is not a plain
-    # linear layer: LoRA's merge would not commute with its multiplier, so it is skipped.
-    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "periodic_proj",
-                  "linear_proj", "w_g", "w_c"),
 ))
 
 __all__ = ["FAMILY", "NeoLLMConfig", "NeoLLMForCausalLM", "NeoLLMModel", "PRESETS", "audit_parameters"]

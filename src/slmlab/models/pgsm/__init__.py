@@ -19,31 +19,24 @@ def _budget_layout(k: int, base: dict) -> dict:
             "retrieval_heads": heads}
 
 
+# how `slmlab compare --budget` sizes the family (slmlab.models.budget)
+SCALING = ScalingRule(
+    "dim d = 8k, the default's 3 blocks (kernel 17), hidden 2d, retriever width 8d/3 rounded to a multiple of"
+    " 8 (4 heads of even dim), post-retrieval block on; the block hidden width (multiples of 8) absorbs the"
+    " rounding",
+    _budget_layout, "hidden", 8,
+)
+
+# the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
+# every block's state mixer and feed-forward (state_mix, state_gate, ff_in, ff_out) and the retriever's
+# projections (q, k, v, out, gate); convolution kernels and the tied embedding stay frozen
+LORA_TARGETS = ("state_mix", "state_gate", "ff_in", "ff_out", "q", "k", "v", "out", "gate")
+
 FAMILY = register_family(Family(
     name="pgsm", config_class=PGSMConfig, model_class=PGSMForCausalLM,
-    audit=audit_parameters, export=EXPORT, presets=PRESETS,
+    audit=audit_parameters, export=EXPORT, presets=PRESETS, scaling=SCALING, lora_targets=LORA_TARGETS,
     description="PGSM: attention-free causal-conv backbone + query-only sparse RoPE retrieval",
-    # how `slmlab compare --budget` sizes the family (slmlab.models.budget)
-    scaling=ScalingRule(
-        "dim d = 8k, the default's 3 blocks (kernel 17), hidden 2d, retriever width 8d/3 rounded to a multiple of"
-        " 8 (4 heads of even dim), post-retrieval block on; the block hidden width (multiples of 8) absorbs the"
-        " rounding",
-        _budget_layout, "hidden", 8,
-    ),
-    # the layers `slmlab finetune --lora` adapts by default (slmlab.train.lora):
-    # every block's state mixer and feed-forward (state_mix, state_gate, ff_in, ff_out) and the retriever's
-    # projections (q, k, v, out, gate); convolution kernels and the tied embedding stay frozen
-    lora_targets=("state_mix", "state_gate", "ff_in", "ff_out", "q", "k", "v", "out", "gate"),
 ))
 
-__all__ = [
-    "FAMILY",
-    "PRESETS",
-    "PGSMConfig",
-    "PGSMForCausalLM",
-    "PGSMModel",
-    "audit_parameters",
-    "build_pgsm_model",
-    "config_from_seed",
-    "convert_seed_state_dict",
-]
+__all__ = ["FAMILY", "PRESETS", "PGSMConfig", "PGSMForCausalLM", "PGSMModel", "audit_parameters", "build_pgsm_model",
+           "config_from_seed", "convert_seed_state_dict"]

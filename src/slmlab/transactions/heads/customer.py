@@ -30,7 +30,7 @@ from transformers.utils import ModelOutput
 
 from ..data.bank import Bank
 from ..data.windows import WindowOptions, Windows, build_windows
-from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, encoder_of, txn_mask_from
+from ..model import TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, encoder_of, txn_mask_from
 
 
 def summary_states(hidden: torch.Tensor, num_features: int) -> torch.Tensor:
@@ -125,7 +125,6 @@ class CustomerEmbeddingModel(TxnHeadModel):
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
         config = self.config
-        self.encoder = TransactionEncoder(config)
         d = config.backbone_config().hidden_size
         self.tau = config.customer_tau
         self.customer_head = CustomerEmbeddingHead(d, config.customer_dim, len(self.encoder.feature_names))

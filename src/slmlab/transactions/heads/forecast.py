@@ -30,7 +30,7 @@ from transformers.utils import ModelOutput
 from ..data.bank import Bank
 from ..data.schema import MASK, PAD
 from ..data.windows import WindowOptions, Windows
-from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
+from ..model import TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
 from .customer import summary_states
 
 FORECAST_FEATURES = ("mcc", "amount", "delta_t")
@@ -90,7 +90,6 @@ class NextTransactionModel(TxnHeadModel):
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
         config = self.config
-        self.encoder = TransactionEncoder(config)
         schema = config.schema_config
         self.target_index = {name: schema.index(name) for name in FORECAST_FEATURES}
         vocab = {name: schema.vocab_sizes[i] for name, i in self.target_index.items()}

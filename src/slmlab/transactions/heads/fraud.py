@@ -216,7 +216,6 @@ class TransactionFraudModel(TxnHeadModel):
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
         config = self.config
-        self.encoder = TransactionEncoder(config)
         self.fraud_head = fraud_head_from_config(config, self.encoder)
         self.loss_fn = fraud_loss_from_config(config)
         self._finish_init()

@@ -25,7 +25,7 @@ from transformers.utils import ModelOutput
 
 from ..data.bank import Bank
 from ..data.windows import WindowOptions, Windows, balance_windows
-from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
+from ..model import TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
 from .customer import masked_mean, summary_states
 from .fraud import IGNORE, WeightedBCE, labelled_scores, positive_upweighting
 
@@ -128,7 +128,6 @@ class SequenceFraudModel(TxnHeadModel):
     def __init__(self, config: TxnEncoderConfig) -> None:
         super().__init__(config)
         config = self.config
-        self.encoder = TransactionEncoder(config)
         d = config.backbone_config().hidden_size
         self.sequence_head = SequenceFraudHead(d, len(self.encoder.feature_names), config.fraud_hidden,
                                                config.fraud_dropout)

@@ -75,13 +75,7 @@ class RowMultipliedLinear(nn.Module):
 
 class RowColMultipliedLinear(RowMultipliedLinear):
     """``y = r ⊙ ((x ⊙ c) Wᵀ) + b`` with row ``r`` and column (input-channel) ``c`` multipliers, init 1.
-
-    Args:
-        in_features / out_features: as ``nn.Linear``.
-        bias: add a bias after the row scale.
-    Shapes:
-        x ``[..., in_features]`` -> ``[..., out_features]``.
-    """
+    Args and shapes as :class:`RowMultipliedLinear`."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__(in_features, out_features, bias=bias)
