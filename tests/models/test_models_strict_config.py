@@ -95,3 +95,15 @@ def test_transformers_names_build_the_same_config_as_the_family_names(name):
     a, b = cls(**own).to_dict(), cls(**renamed).to_dict()
     a.pop("transformers_version", None), b.pop("transformers_version", None)
     assert a == b
+
+
+@pytest.mark.parametrize("name, size", [("lumen", "vocab_size"), ("lfm2", "vocab_size"), ("pgsm", "vocab_size"),
+                                        ("nanohammer", "vocab_size"), ("neollm", "vocab_size")])
+@pytest.mark.parametrize("value", [2.5, 256.0, True, 0, -3])
+def test_every_family_refuses_a_size_that_is_not_a_positive_integer(name, size, value):
+    """One rule for sizes in every family: a float (2.5, or 256.0), a bool or a non-positive number is
+    refused, naming the field (Lumen once took int(2.5) = 2, PGSM took True as 1)."""
+    from slmlab.models.registry import get_family
+
+    with pytest.raises(ValueError, match=rf"{size}`? must be a positive integer"):
+        get_family(name).config_class(**{size: value})

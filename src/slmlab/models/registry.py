@@ -184,6 +184,21 @@ def reject_unknown_keys(config: PretrainedConfig, kwargs: Mapping[str, object]) 
     check_config_keys(cls, kwargs, f"{name} config", f"docs/{name}.md")
 
 
+def is_positive_int(value) -> bool:
+    """Whether ``value`` is a positive ``int`` (not a bool, not a float such as 2.5 or 256.0): what every
+    size and count of a family config must be."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_positive_ints(config: PretrainedConfig, names: tuple[str, ...]) -> None:
+    """Refuse a config whose fields ``names`` are not positive integers (:func:`is_positive_int`), with
+    the one message every family gives: ``hidden_dim must be a positive integer, got 2.5``."""
+    for name in names:
+        value = getattr(config, name)
+        if not is_positive_int(value):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def take_aliases(config: PretrainedConfig, kwargs: dict) -> None:
     """Move the transformers names among ``kwargs`` (``hidden_size=96`` for Lumen's ``hidden_dim``: the
     class's ``attribute_map``) onto the family's own fields, so a typed config's ``__post_init__``

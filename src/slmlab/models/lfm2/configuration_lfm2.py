@@ -9,7 +9,14 @@ import yaml
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys, take_aliases
+from ..registry import (
+    InitOnly,
+    KeepsSavedKeys,
+    check_positive_ints,
+    config_signature,
+    reject_unknown_keys,
+    take_aliases,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -132,11 +139,8 @@ class Lfm2SmallConfig(KeepsSavedKeys, PretrainedConfig):
         self.validate()  # transformers' class validators, as its own __init__ runs them
 
     def _validate(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "conv_kernel_size",
-                     "block_multiple_of", "max_position_embeddings"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "conv_kernel_size",
+                                   "block_multiple_of", "max_position_embeddings"))
         if len(self.layer_order) != self.num_layers:
             raise ValueError(
                 f"layer_order has {len(self.layer_order)} entries but num_layers={self.num_layers}; give one kind per layer"

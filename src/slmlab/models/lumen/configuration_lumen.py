@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import KeepsSavedKeys, config_signature, reject_unknown_keys, take_aliases
+from ..registry import KeepsSavedKeys, check_positive_ints, config_signature, reject_unknown_keys, take_aliases
 
 
 @config_signature()
@@ -63,10 +63,8 @@ class LumenConfig(KeepsSavedKeys, PretrainedConfig):
         unknown keyword (a typo) raises ``ValueError`` with "did you mean" (:func:`reject_unknown_keys`)."""
         take_aliases(self, kwargs)
         reject_unknown_keys(self, kwargs)
+        check_positive_ints(self, ("vocab_size", "hidden_dim", "num_layers", "max_seq_len"))
         self.head_dim = check_head_layout(self.hidden_dim, self.num_heads, self.num_kv_heads, None)
-        for name in ("vocab_size", "hidden_dim", "num_layers", "max_seq_len"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if int(self.intermediate_dim) < 0:
             raise ValueError(f"intermediate_dim must be >= 0 (0 = no MLP sublayer), got {self.intermediate_dim!r}")
         if self.head_dim % 2:

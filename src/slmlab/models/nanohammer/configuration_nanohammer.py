@@ -5,7 +5,15 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys, take_aliases
+from ..registry import (
+    InitOnly,
+    KeepsSavedKeys,
+    check_positive_ints,
+    config_signature,
+    is_positive_int,
+    reject_unknown_keys,
+    take_aliases,
+)
 
 ROTATION_STYLES = ("rotation", "seed")
 # The seed's `rope_scaling` keyword (only None is supported): taken, never stored; a class attribute of that
@@ -92,11 +100,8 @@ class NanoHammerConfig(KeepsSavedKeys, PretrainedConfig):
         take_aliases(self, kwargs)
         reject_unknown_keys(self, kwargs)
         rope_scaling = kwargs.pop("rope_scaling", INIT_ONLY_KEYWORDS["rope_scaling"].default)
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_state_heads",
-                     "max_position_embeddings"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                   "num_state_heads", "max_position_embeddings"))
         self.head_dim = check_head_layout(self.hidden_size, self.num_attention_heads, self.num_key_value_heads,
                                           self.head_dim)
         if self.head_dim % 2:
@@ -118,7 +123,7 @@ class NanoHammerConfig(KeepsSavedKeys, PretrainedConfig):
         size = self.hidden_size // 4 if self.state_hidden_size is None else self.state_hidden_size
         if isinstance(size, float) and size.is_integer():
             size = int(size)
-        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        if not is_positive_int(size):
             raise ValueError(f"state_hidden_size must be a positive integer, got {size!r}")
         if size % self.num_state_heads:
             raise ValueError(f"state_hidden_size ({size}) must be divisible by num_state_heads ({self.num_state_heads})")

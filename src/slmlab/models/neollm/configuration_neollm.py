@@ -20,7 +20,7 @@ import logging
 
 from transformers import PretrainedConfig
 
-from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys, take_aliases
+from ..registry import InitOnly, KeepsSavedKeys, config_signature, is_positive_int, reject_unknown_keys, take_aliases
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ INIT_ONLY_KEYWORDS = {"rope_scaling": InitOnly(None, "dict | None")}
 
 def _check_positive(**fields: int) -> None:
     for name, value in fields.items():
-        if int(value) <= 0:
+        if not is_positive_int(value):
             raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
 
 

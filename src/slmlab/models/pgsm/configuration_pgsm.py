@@ -7,7 +7,14 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from ..registry import InitOnly, KeepsSavedKeys, config_signature, reject_unknown_keys, take_aliases
+from ..registry import (
+    InitOnly,
+    KeepsSavedKeys,
+    check_positive_ints,
+    config_signature,
+    reject_unknown_keys,
+    take_aliases,
+)
 
 ROPE_LAYOUTS = ("rotate_half", "seed")
 # The seed's `tie_weights` keyword is the property of that name (over `tie_word_embeddings`, the one stored
@@ -130,10 +137,7 @@ class PGSMConfig(KeepsSavedKeys, PretrainedConfig):
         self.tie_word_embeddings = bool(value)
 
     def _validate(self) -> None:
-        for name in ("vocab_size", "block_size", "dim", "layers", "hidden", "kernel_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("vocab_size", "block_size", "dim", "layers", "hidden", "kernel_size"))
         for name in ("dropout", "retrieval_dropout"):
             if not 0.0 <= float(getattr(self, name)) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
