@@ -142,3 +142,13 @@ def test_a_checkpoint_from_before_the_head_configs_loads(tmp_path):
     assert isinstance(encoder, TransactionEncoder)
     fresh = TransactionFraudModel.from_encoder(encoder)  # ... and a new head takes its own from them
     assert fresh.config.fraud_loss == "focal" and fresh.config.model_type == "slmlab_txn_fraud"
+
+
+def test_the_fraud_head_options_keep_the_order_run_yaml_records():
+    """run.yaml lists the head options in the rows' order; a reorder would change every new run folder's
+    bytes against older ones (the order before the rows: loss, focal gamma, inputs, hidden, tabular,
+    dropout)."""
+    from slmlab.transactions.heads import HEADS
+
+    assert list(HEADS["transaction"].cli_options) == ["loss", "focal_gamma", "head_inputs", "head_hidden", "tabular",
+                                                      "head_dropout"]

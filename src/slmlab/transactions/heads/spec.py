@@ -97,6 +97,7 @@ HEADS: dict[str, HeadSpec] = {spec.name: spec for spec in (
     HeadSpec("transaction", fraud.TransactionFraudModel, labels=fraud.transaction_labels,
              windows=fraud.training_windows, evaluate=fraud.fraud_eval,
              data_options=("keep_negative", "fraud_share", "label_fraction", "seed"), flags=(
+                 # in the order run.yaml records them (run folders written before the rows stay byte-identical)
                  HeadFlag("loss", "fraud_loss", "fraud loss (default bce)", default="bce",
                           choices=fraud.FRAUD_LOSSES),
                  HeadFlag("focal_gamma", "focal_gamma", "focusing exponent of --loss focal", float, 2.0),
@@ -104,10 +105,10 @@ HEADS: dict[str, HeadSpec] = {spec.name: spec for spec in (
                           " per-field surprisal, or both", default="state", choices=fraud.HEAD_INPUTS),
                  HeadFlag("head_hidden", "fraud_hidden", "fraud head MLP width (0: logistic; default D/2 for state,"
                           " 16 otherwise)", int),
-                 HeadFlag("head_dropout", "fraud_dropout", "dropout of the fraud head MLP (default 0.1)", float, 0.1),
                  HeadFlag("tabular", "fraud_tabular", "joint fusion: the fraud head also reads each transaction's"
                           " rolling features (the HGB-rolling baseline's, from earlier rows only), trained end to"
-                          " end", default="none", choices=fraud.TABULAR_CHOICES))),
+                          " end", default="none", choices=fraud.TABULAR_CHOICES),
+                 HeadFlag("head_dropout", "fraud_dropout", "dropout of the fraud head MLP (default 0.1)", float, 0.1))),
     HeadSpec("sequence", sequence.SequenceFraudModel, labels=sequence.sequence_labels,
              windows=sequence.training_windows, evaluate=sequence.sequence_eval,
              data_options=("keep_negative", "fraud_share", "seed"), flags=(
