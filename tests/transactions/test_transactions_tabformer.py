@@ -157,9 +157,9 @@ def test_pretrain_finetune_evaluate_score_run_on_the_mapped_export(tabformer_ban
     models = metrics["models"]
     assert set(models) == {"hgb_raw", "hgb_rolling", "hgb_rolling_risk", "token_lr", "sequence", "stacked"}
     for name, m in models.items():
-        assert 0 <= m["pr_auc"] <= 1 and 0 <= m["roc_auc"] <= 1, name
+        assert 0 < m["pr_auc"] <= 1 and 0 < m["roc_auc"] <= 1, name
         lo, hi = metrics["bootstrap"][name]["pr_auc"]
-        assert 0 <= lo <= hi <= 1, name
+        assert lo < hi or lo == hi == m["pr_auc"], name  # the resamples vary, unless every one ranks perfectly
     assert models["hgb_raw"]["pr_auc"] > 5 * base_rate  # night-time, large, online/abroad sprees: easy for trees
     for name in ("hgb_raw", "hgb_rolling", "hgb_rolling_risk"):  # no coordinates: no distance (it once crashed the fit)
         assert metrics["hgb"][name]["empty_features_left_out"] == ["distance_home"], name
