@@ -3,20 +3,9 @@ from run to run (timings, the work folder) and nothing else, so a difference it 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from scripts_module import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_snapshot():
-    spec = importlib.util.spec_from_file_location("cli_snapshot", ROOT / "scripts" / "cli_snapshot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-snapshot = load_snapshot()
+snapshot = load_script("cli_snapshot")
 
 
 def test_timing_lines_are_masked_and_results_are_not():

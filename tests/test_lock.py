@@ -4,24 +4,18 @@ package pyproject.toml depends on, so a new dependency cannot slip in unlocked."
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
+from scripts_module import load_script
+
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_check_lock():
-    spec = importlib.util.spec_from_file_location("check_lock", ROOT / "scripts" / "check_lock.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-check_lock = load_check_lock()
+check_lock = load_script("check_lock")
 
 
 def test_lock_lines_are_read_with_canonical_names():

@@ -210,6 +210,14 @@ def take_aliases(config: PretrainedConfig, kwargs: dict) -> None:
             setattr(config, name, kwargs.pop(alias))
 
 
+def accept_keywords(config: PretrainedConfig, kwargs: dict) -> None:
+    """What every typed family config does first in ``__post_init__`` with the keywords that are not its
+    fields: move the transformers aliases onto the fields (:func:`take_aliases`), then refuse unknown keys
+    (:func:`reject_unknown_keys`)."""
+    take_aliases(config, kwargs)
+    reject_unknown_keys(config, kwargs)
+
+
 class InitOnly(NamedTuple):
     """A keyword a typed config takes but stores under no field of its own name (NeoLLM's and
     NanoHammer's ``rope_scaling``, PGSM's ``tie_weights``, LFM2's ``layer_types``): its ``__post_init__``

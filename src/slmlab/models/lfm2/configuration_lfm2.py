@@ -9,14 +9,7 @@ import yaml
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import (
-    InitOnly,
-    KeepsSavedKeys,
-    check_positive_ints,
-    config_signature,
-    reject_unknown_keys,
-    take_aliases,
-)
+from ..registry import InitOnly, KeepsSavedKeys, accept_keywords, check_positive_ints, config_signature
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +115,7 @@ class Lfm2SmallConfig(KeepsSavedKeys, PretrainedConfig):
         fields: resolves ``layer_order`` (from ``layer_types`` / ``full_attn_idxs`` when not given), checks
         the fields, derives ``head_dim``, then runs transformers' post-init and validators. An unknown
         keyword (a typo) raises ``ValueError`` with "did you mean" (:func:`reject_unknown_keys`)."""
-        take_aliases(self, kwargs)
-        reject_unknown_keys(self, kwargs)
+        accept_keywords(self, kwargs)
         kwargs.pop("head_dim", None)  # derived; written by to_dict, recomputed here
         kwargs.pop("effective_intermediate_size", None)
         layer_types, full_attn_idxs = kwargs.pop("layer_types", None), kwargs.pop("full_attn_idxs", None)

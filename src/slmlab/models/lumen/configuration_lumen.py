@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import KeepsSavedKeys, check_positive_ints, config_signature, reject_unknown_keys, take_aliases
+from ..registry import KeepsSavedKeys, accept_keywords, check_positive_ints, config_signature
 
 
 @config_signature()
@@ -61,8 +61,7 @@ class LumenConfig(KeepsSavedKeys, PretrainedConfig):
         """Called by the generated ``__init__`` once the fields are assigned, with the keywords that are not
         fields: derives ``head_dim``, checks the sizes, then runs transformers' post-init and validators. An
         unknown keyword (a typo) raises ``ValueError`` with "did you mean" (:func:`reject_unknown_keys`)."""
-        take_aliases(self, kwargs)
-        reject_unknown_keys(self, kwargs)
+        accept_keywords(self, kwargs)
         check_positive_ints(self, ("vocab_size", "hidden_dim", "num_layers", "max_seq_len"))
         self.head_dim = check_head_layout(self.hidden_dim, self.num_heads, self.num_kv_heads, None)
         if int(self.intermediate_dim) < 0:

@@ -5,15 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from ...layers.attention import check_head_layout
-from ..registry import (
-    InitOnly,
-    KeepsSavedKeys,
-    check_positive_ints,
-    config_signature,
-    is_positive_int,
-    reject_unknown_keys,
-    take_aliases,
-)
+from ..registry import InitOnly, KeepsSavedKeys, accept_keywords, check_positive_ints, config_signature, is_positive_int
 
 ROTATION_STYLES = ("rotation", "seed")
 # The seed's `rope_scaling` keyword (only None is supported): taken, never stored; a class attribute of that
@@ -97,8 +89,7 @@ class NanoHammerConfig(KeepsSavedKeys, PretrainedConfig):
         fields: checks the fields and resolves the derived defaults (``head_dim``, ``state_hidden_size``, the
         token ids), then runs transformers' post-init and validators. An unknown keyword (a typo) raises
         ``ValueError`` with "did you mean" (:func:`reject_unknown_keys`)."""
-        take_aliases(self, kwargs)
-        reject_unknown_keys(self, kwargs)
+        accept_keywords(self, kwargs)
         rope_scaling = kwargs.pop("rope_scaling", INIT_ONLY_KEYWORDS["rope_scaling"].default)
         check_positive_ints(self, ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                    "num_state_heads", "max_position_embeddings"))

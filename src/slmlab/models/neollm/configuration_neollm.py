@@ -20,7 +20,7 @@ import logging
 
 from transformers import PretrainedConfig
 
-from ..registry import InitOnly, KeepsSavedKeys, config_signature, is_positive_int, reject_unknown_keys, take_aliases
+from ..registry import InitOnly, KeepsSavedKeys, accept_keywords, config_signature, is_positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -205,8 +205,7 @@ class NeoLLMConfig(KeepsSavedKeys, PretrainedConfig):
         not fields: the seed's derived defaults and checks (``_resolve_and_check``), then transformers'
         own post-init with those keywords, then the RoPE scaling. An unknown keyword (a typo) raises
         ``ValueError`` with "did you mean" (:func:`slmlab.models.registry.reject_unknown_keys`)."""
-        take_aliases(self, kwargs)
-        reject_unknown_keys(self, kwargs)
+        accept_keywords(self, kwargs)
         rope_scaling = self._take_rope_keywords(kwargs)
         self._resolve_and_check()
         # bos/eos/pad ids: None until `slmlab train` records its tokenizer's (so generate() stops at eos)

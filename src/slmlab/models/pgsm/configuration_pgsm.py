@@ -7,14 +7,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from ..registry import (
-    InitOnly,
-    KeepsSavedKeys,
-    check_positive_ints,
-    config_signature,
-    reject_unknown_keys,
-    take_aliases,
-)
+from ..registry import InitOnly, KeepsSavedKeys, accept_keywords, check_positive_ints, config_signature
 
 ROPE_LAYOUTS = ("rotate_half", "seed")
 # The seed's `tie_weights` keyword is the property of that name (over `tie_word_embeddings`, the one stored
@@ -113,8 +106,7 @@ class PGSMConfig(KeepsSavedKeys, PretrainedConfig):
         fields: resolves the tying switch from ``tie_weights`` / ``tie_word_embeddings``, checks the fields,
         then runs transformers' post-init and validators. An unknown keyword (a typo) raises ``ValueError``
         with "did you mean" (:func:`reject_unknown_keys`)."""
-        take_aliases(self, kwargs)
-        reject_unknown_keys(self, kwargs)
+        accept_keywords(self, kwargs)
         tie_weights = kwargs.pop("tie_weights", INIT_ONLY_KEYWORDS["tie_weights"].default)
         hf_tie = kwargs.pop("tie_word_embeddings", None)  # the transformers name of the same switch
         if tie_weights is not None and hf_tie is not None and bool(hf_tie) != bool(tie_weights):
