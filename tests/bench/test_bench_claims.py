@@ -280,3 +280,18 @@ def test_contrast_ci_of_two_arms_is_the_interval_of_their_difference():
     assert contrast_ci([b, a], [1.0, -1.0]) == [lo, hi]  # seeded
     same = contrast_ci([a, a, a, a], [1.0, -1.0, -1.0, 1.0])
     assert same[0] < 0 < same[1]
+
+
+def test_r1_t1_claim_trains_to_a_plateau_without_the_early_stop():
+    """The claim-r1-t1 tier is cpu-full's T1 (64, 4) group for attn2-z with the bench's early stop at 0.99
+    off (a run stopped when validation passes 0.99 scores ~0.99 on test by construction, which kept the
+    budget claim undecided) and a plateau stop instead; the verdict is decide_r1_t1's."""
+    from slmlab.bench.claims import CLAIMS, claims_for, decide_r1_t1
+
+    assert [c.name for c in claims_for([{"tier": "claim-r1-t1"}])] == ["r1-t1"]
+    assert CLAIMS["r1-t1"].decide is decide_r1_t1
+    plans = tier_plans("claim-r1-t1")
+    full = [p for p in tier_plans("cpu-full") if p.task == "mqar:cpu" and p.model == "attn2-z"]
+    assert sorted({(p.lr, p.seed, p.batch_size, p.eval_every) for p in plans}) == sorted(
+        {(p.lr, p.seed, p.batch_size, p.eval_every) for p in full})
+    assert {(p.early_stop_acc, p.patience, p.max_steps) for p in plans} == {(0, 1252, 6260)}

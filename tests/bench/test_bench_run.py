@@ -192,3 +192,33 @@ def test_a_diverged_run_is_recorded_with_its_step_and_reported_as_diverged(tmp_p
     text = capsys.readouterr().out
     row = next(x for x in text.splitlines() if "attn2-z" in x and "ar:cpu" in x)
     assert "diverged at step 4" in row and " — " in row  # no figure for it
+
+
+def test_early_stop_acc_zero_trains_past_the_solved_threshold_and_keys_the_run_apart():
+    """A claim of "accuracy >= 0.99" needs runs that do not stop the moment validation passes 0.99 (they
+    would score ~0.99 on test by construction): ``early_stop_acc: 0`` turns the stop off, the run's key
+    says so (a default run's key is unchanged), its config carries it, and ``ending`` reads a run that
+    passed 0.99 without stopping as stopped by the step budget, not as solved."""
+    from types import SimpleNamespace
+
+    from slmlab.bench.run import ending, plan_run_config
+
+    default = RunPlan("mqar:cpu", "attn2-z", 1e-3, max_steps=100)
+    off = RunPlan("mqar:cpu", "attn2-z", 1e-3, max_steps=100, early_stop_acc=0.0)
+    assert default.key == "mqar:cpu|attn2-z|lr=0.001|seed=0|b=64|steps=100|eval=313|scored"  # as before the field
+    assert off.key == default.key + "|early_stop=0"
+    assert plan_run_config(default, Path("x"), "cpu").early_stop_acc == 0.99
+    assert plan_run_config(off, Path("x"), "cpu").early_stop_acc == 0.0
+    passed = SimpleNamespace(step=60, best_step=60, best_acc=0.995, stop_reason="validation accuracy 0.9950 > 0.99")
+    assert ending(100, passed)["stop"].startswith("early stop at step 60 of 100")
+    finished = SimpleNamespace(step=100, best_step=100, best_acc=0.995, stop_reason="max_steps reached")
+    assert ending(100, finished, None, 0.0) == {"complete": True, "stop": "max_steps: 100 of 100 steps",
+                                                "diverged_step": None}
+    assert not ending(100, passed, None, 0.0)["stop"].startswith("early stop")
+
+
+def test_a_tier_file_sets_early_stop_acc(tmp_path):
+    tier = tmp_path / "t.yaml"
+    tier.write_text("tier: t\ngroups:\n  - {tasks: [mqar:cpu], models: [attn2-z], lrs: [1.0e-3], seeds: [0], max_steps: 10, early_stop_acc: 0}\n")
+    (plan,) = tier_plans(str(tier))
+    assert plan.early_stop_acc == 0 and plan.key.endswith("|early_stop=0")

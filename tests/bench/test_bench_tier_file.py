@@ -17,7 +17,7 @@ def test_built_in_tiers_are_their_files(tier, runs, seeds, steps):
     name, description, plans = load_tier_file(tier_path(tier))
     assert list(builtin_tiers()) == ["cpu-smoke", "cpu-full", "gpu-paper", "micro", "ablation-neollm-recall",
                                     "claim-neollm-xsa",
-                                    "claim-pgsm-retrieval-dim", "claim-r1-t1-budget", "claim-t2-separation",
+                                    "claim-pgsm-retrieval-dim", "claim-r1-t1", "claim-r1-t1-budget", "claim-t2-separation",
                                     "gpu-claims"]
     assert name == tier and description and tier_path(tier).parent.name == "tiers"
     assert len(plans) == runs == len({p.key for p in plans}) and len({p.seed for p in plans}) == seeds

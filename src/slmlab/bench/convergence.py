@@ -7,8 +7,9 @@ quarter of its ``max_steps``) the run is **still improving** when its best valid
 more than :data:`ACC_TOL` (absolute) or its best validation loss fell by more than :data:`LOSS_TOL`
 (relative) against the best up to step ``last - W``. A run is
 
-* **converged** when it stopped on the solved threshold (validation accuracy above
-  :data:`slmlab.bench.run.EARLY_STOP_ACC`: nothing left to gain), or when it is not still improving;
+* **converged** when it stopped on the solved threshold (validation accuracy above the run's
+  ``early_stop_acc``, :data:`slmlab.bench.suite.EARLY_STOP_ACC` by default: nothing left to gain), or
+  when it is not still improving;
 * **not converged** when it is still improving, or when it is shorter than ``W`` (no evaluation at or
   before ``last - W``: it cannot show a plateau);
 * **convergence unknown (run before the rule)** when its result line has no curve (written before the

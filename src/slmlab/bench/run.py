@@ -34,7 +34,7 @@ from .convergence import attach, read_curve, stopped_on_plateau
 from .models import build_model, count_parameters, state_floats
 from .report import finished
 from .stats import bootstrap_ci, example_counts, metrics_from_counts
-from .suite import RunPlan
+from .suite import EARLY_STOP_ACC, RunPlan
 
 SCHEMA = "slmlab-bench/1"
 RESULT_FIELDS = (
@@ -44,9 +44,8 @@ RESULT_FIELDS = (
     "tokens_seen", "wall_s", "stop_reason", "complete", "stop", "diverged_step",
     "acc", "token_acc", "exact", "ci", "examples", "example_counts", "best_step", "best_val_acc", "acc_by_group",
     "exact_by_group", "acc_by_length",
-    "leakage", "patience", "curve", "torch", "numpy",
+    "leakage", "patience", "early_stop_acc", "curve", "torch", "numpy",
 )
-EARLY_STOP_ACC = 0.99  # validation accuracy that ends a run early (a function of the steps, so allowed)
 TEST_FIELDS = ("acc", "token_acc", "exact", "ci", "examples", "example_counts", "acc_by_group", "exact_by_group",
                "acc_by_length")
 
@@ -68,7 +67,7 @@ def plan_run_config(plan: RunPlan, run_dir: Path, device: str):
         max_time=plan.max_time, seed=plan.seed, device=device, precision="auto",
         optim=OptimConfig(lr=plan.lr, betas=(0.9, 0.98), weight_decay=0.1, grad_clip=1.0),
         schedule=ScheduleConfig(name="constant" if plan.constant_lr else "cosine", warmup=0.1, min_lr_ratio=0.0),
-        eval_every=plan.eval_every, eval_batches=0, eval_batch_size=250, early_stop_acc=EARLY_STOP_ACC, keep_best=True,
+        eval_every=plan.eval_every, eval_batches=0, eval_batch_size=250, early_stop_acc=plan.early_stop_acc, keep_best=True,
         checkpoint_every=0, keep_checkpoints=1, log_every=max(1, min(50, plan.eval_every)), progress=False,
         tensorboard=False, out_dir=str(run_dir), train_on=plan.train_on,
     ).validate()
@@ -169,11 +168,12 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
         "n_layers": int(config.num_hidden_layers), "lr": plan.lr, "seed": plan.seed, "batch_size": plan.batch_size,
         "train_on": plan.train_on, "max_steps": plan.max_steps, "max_time": plan.max_time, "steps": state.step,
         "tokens_seen": state.tokens_seen, "wall_s": round(wall, 2),
-        "stop_reason": diverged[1] if diverged else state.stop_reason, **ending(plan.max_steps, state, diverged),
+        "stop_reason": diverged[1] if diverged else state.stop_reason, **ending(plan.max_steps, state, diverged, plan.early_stop_acc),
         **test,
         "best_step": state.best_step, "best_val_acc": state.best_acc,
         "acc_by_length": None if diverged else _lengths(plan, task, model, trainer.device),
-        "leakage": source.leakage, "patience": plan.patience, "curve": read_curve(run_dir),
+        "leakage": source.leakage, "patience": plan.patience, "early_stop_acc": plan.early_stop_acc,
+        "curve": read_curve(run_dir),
         "torch": torch.__version__, "numpy": np.__version__,
     }
     for name, value in record["task_config"].items():
@@ -181,7 +181,7 @@ def run_one(plan: RunPlan, tier: str, out_dir: Path, device: str = "cpu") -> dic
     return record
 
 
-def ending(total: int, state, diverged: tuple[int, str] | None = None) -> dict:
+def ending(total: int, state, diverged: tuple[int, str] | None = None, early_stop_acc: float = EARLY_STOP_ACC) -> dict:
     """``complete``, ``stop`` and ``diverged_step`` of a run of ``total`` (``max_steps``) steps whose trainer
     ended in ``state``, or diverged (``(step, message)``): complete when it trained its ``max_steps`` or
     stopped early on validation accuracy or on a validation plateau (all functions of the steps, not of
@@ -193,10 +193,10 @@ def ending(total: int, state, diverged: tuple[int, str] | None = None) -> dict:
         return {"complete": False, "stop": f"diverged at step {step} of {total}: {what}", "diverged_step": step}
     if state.step >= total:
         return {"complete": True, "stop": f"max_steps: {total} of {total} steps", "diverged_step": None}
-    if state.best_step == state.step and state.best_acc > EARLY_STOP_ACC:  # the trainer's early stop
+    if early_stop_acc and state.best_step == state.step and state.best_acc > early_stop_acc:  # the trainer's early stop
         return {"complete": True, "diverged_step": None,
                 "stop": f"early stop at step {state.step} of {total}: validation accuracy {state.best_acc:.4f}"
-                        f" > {EARLY_STOP_ACC}"}
+                        f" > {early_stop_acc}"}
     if stopped_on_plateau(state.stop_reason):
         return {"complete": True, "diverged_step": None, "stop": state.stop_reason}
     return {"complete": False, "stop": f"max_time safety cap at step {state.step} of {total}", "diverged_step": None}
