@@ -370,11 +370,7 @@ class ModelCache:
 
     def crop_refusal(self) -> str | None:
         """Why this cache cannot be rolled back, naming the first state that refuses, or None."""
-        for name, state in self._named_states():
-            reason = state.crop_refusal()
-            if reason is not None:
-                return f"{name} ({type(state).__name__}): {reason}"
-        return None
+        return self._first_refusal("crop_refusal")
 
     @property
     def is_croppable(self) -> bool:
@@ -450,8 +446,13 @@ class ModelCache:
 
     def batch_refusal(self) -> str | None:
         """Why this cache cannot be padded, joined or trimmed now, naming the first state that refuses, or None."""
+        return self._first_refusal("batch_refusal")
+
+    def _first_refusal(self, method: str) -> str | None:
+        """The first state's answer to its refusal ``method`` (``crop_refusal`` or ``batch_refusal``) that is
+        not None, with the state's name and type; None when every state agrees."""
         for name, state in self._named_states():
-            reason = state.batch_refusal()
+            reason = getattr(state, method)()
             if reason is not None:
                 return f"{name} ({type(state).__name__}): {reason}"
         return None
