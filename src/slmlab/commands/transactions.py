@@ -14,7 +14,7 @@ from ..outputs import dumps_finite
 from ._common import command_parser, parse_overrides, split_items
 from .errors import EXIT_USAGE
 
-SUBCOMMANDS = ("generate", "pretrain", "finetune", "evaluate", "score", "audit", "demo")
+SUBCOMMANDS = ("generate", "subset", "pretrain", "finetune", "evaluate", "score", "audit", "demo")
 
 
 class HeadNames:
@@ -59,9 +59,10 @@ def _add_head_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def transactions_command(argv: list[str]) -> int:
-    """Transaction encoder: generate | pretrain | finetune | evaluate | score | audit | demo.
+    """Transaction encoder: generate | subset | pretrain | finetune | evaluate | score | audit | demo.
 
     slmlab transactions generate --preset tiny --seed 0 --out data/bank --format parquet
+    slmlab transactions subset --data data/bank --customers :500 --out data/bank-500
     slmlab transactions pretrain --data data/bank --preset lfm2_tiny --out runs/txn max_steps=200
     slmlab transactions finetune --data data/bank --encoder runs/txn --out runs/txn-fraud max_steps=200
     slmlab transactions evaluate --data data/bank --model runs/txn-fraud --out reports/txn
@@ -83,6 +84,12 @@ def transactions_command(argv: list[str]) -> int:
     g.add_argument("--labels-separate", action="store_true", help="labels in labels.csv, not in transactions")
     g.add_argument("--force", action="store_true", help="overwrite the files of a non-empty --out")
     g.add_argument("overrides", nargs="*", help="generator settings as key=value (e.g. n_customers=1000)")
+    c = sub.add_parser("subset", help="write the bank of a slice of the customers")
+    c.add_argument("--data", required=True, help="the bank folder to read")
+    c.add_argument("--customers", required=True, metavar="START:STOP",
+                   help="positions in the sorted customer ids, e.g. :6500 (the first 6,500) or 6500: (the rest)")
+    c.add_argument("--out", required=True)
+    c.add_argument("--force", action="store_true", help="overwrite the files of a non-empty --out")
     for name in ("pretrain", "finetune", "evaluate", "score"):
         p = sub.add_parser(name)
         p.add_argument("--data", required=True, help="a bank folder (generate's --out, or a mapped real export)")
@@ -158,7 +165,7 @@ def transactions_command(argv: list[str]) -> int:
     d.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads (0 = torch's default) and gradient boosting's (0 = 1)")
     args = parser.parse_args(argv)
-    return {"generate": _generate, "pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate,
+    return {"generate": _generate, "subset": _subset, "pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate,
             "score": _score, "audit": _audit, "demo": _demo}[args.sub](args)
 
 
@@ -239,6 +246,16 @@ def _generate(args) -> int:
     n = len(run.data.transactions)
     print(f"{n:,} transactions ({n / run.seconds:,.0f} rows/s), {len(run.data.fraud_cases):,} fraud cases,"
           f" fraud rate {run.manifest['fraud_rate']:.4%} -> {args.out}")
+    return 0
+
+
+def _subset(args) -> int:
+    from ..transactions import pipeline
+
+    run = pipeline.subset_bank(args.data, args.out, args.customers, force=args.force)
+    n = len(run.data.transactions)
+    print(f"{run.manifest['subset']['n_customers']:,} customers, {n:,} transactions,"
+          f" {len(run.data.fraud_cases):,} fraud cases -> {args.out}")
     return 0
 
 

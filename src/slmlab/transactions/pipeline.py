@@ -18,11 +18,12 @@ from pathlib import Path
 
 import torch
 
+from ..outputs import dumps_finite
 from ..train.checkpoint import resolve_checkpoint
 from ..train.session import RunSession
 from ..train.trainer import Trainer, resolve_device
 from . import training
-from .data.bank import Bank, export, label_customers, load_bank, prepare_bank
+from .data.bank import Bank, export, label_customers, load_bank, parse_customer_slice, prepare_bank, subset_customers
 from .data.schema import FittedSchema, SchemaConfig
 from .data.synth import SynthConfig, SynthData, generate
 from .evaluation.evaluate import evaluate_models
@@ -94,6 +95,26 @@ def generate_bank(out: str | Path, preset: str = "tiny", seed: int | None = None
     data = generate(cfg, progress=True)
     seconds = time.perf_counter() - t0
     return Generated(data, export(data, out, fmt, labels_separate, cfg), seconds)
+
+
+def subset_bank(data: str | Path, out: str | Path, customers: str, force: bool = False) -> Generated:
+    """Write the bank of the customers ``customers`` (``START:STOP`` over the sorted customer ids, e.g.
+    ``:6500``) of the bank folder ``data`` to ``out``, in the source's format, every merchant kept; the
+    manifest records the source and the slice. E.g. a disjoint pretraining bank (``6500:``) for an
+    encoder whose states join a booster fitted on ``:6500``."""
+    check_out_dir(out)
+    if not force and is_non_empty(out):
+        raise ValueError(f"--out {out} is not empty (it may hold a bank); pass --force to overwrite its files, or"
+                         " choose another folder")
+    which = parse_customer_slice(customers)
+    t0 = time.perf_counter()
+    sub = subset_customers(load_bank(data), which)
+    fmt = "parquet" if Path(data, "transactions.parquet").is_file() else "csv"
+    manifest = export(sub, out, fmt, labels_separate=Path(data, "labels.csv").is_file())
+    manifest["subset"] = {"source": str(data), "customers": customers,
+                          "n_customers": int(sub.transactions["customer_id"].nunique())}
+    Path(out, "manifest.json").write_text(dumps_finite(manifest, indent=1))
+    return Generated(sub, manifest, time.perf_counter() - t0)
 
 
 # -- pretrain / finetune -------------------------------------------------------------------------------------

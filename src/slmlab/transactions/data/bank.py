@@ -162,6 +162,40 @@ def windows_of_customers(windows: Windows, bank: Bank, keep: set[str]) -> Window
     return windows.take(np.flatnonzero(np.isin(cust, list(keep))))
 
 
+def parse_customer_slice(text: str) -> slice:
+    """``START:STOP`` (either may be empty, non-negative integers) as a :class:`slice` of the sorted
+    customer ids; e.g. ``:6500`` the first 6,500 customers, ``6500:`` the rest."""
+    start, sep, stop = str(text).partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        bounds = [int(v) if v.strip() else None for v in (start, stop)]
+    except ValueError:
+        raise ValueError(f"customers must be START:STOP over the sorted customer ids (e.g. :6500 or 6500:),"
+                         f" got {text!r}") from None
+    if any(v is not None and v < 0 for v in bounds):
+        raise ValueError(f"customers START:STOP takes non-negative positions, got {text!r}")
+    return slice(*bounds)
+
+
+def subset_customers(data: SynthData, customers: slice) -> SynthData:
+    """The bank of the customers at positions ``customers`` of the sorted customer ids: their
+    transactions, profiles and fraud cases, every merchant kept. Raises ``ValueError`` when the slice
+    selects no customer."""
+    ids = np.array(sorted(data.transactions["customer_id"].astype(str).unique()))
+    keep = set(ids[customers].tolist())
+    if not keep:
+        raise ValueError(f"customers {customers.start or ''}:{customers.stop or ''} selects none of the bank's"
+                         f" {len(ids):,} customers; choose positions below {len(ids):,}")
+
+    def rows(df: pd.DataFrame | None) -> pd.DataFrame | None:
+        if df is None or "customer_id" not in df:
+            return df
+        return df[df["customer_id"].astype(str).isin(keep).to_numpy()].reset_index(drop=True)
+
+    return SynthData(rows(data.transactions), rows(data.customers), data.merchants, rows(data.fraud_cases))
+
+
 # -- export and load ---------------------------------------------------------------------------------
 LABEL_COLS = ("is_fraud", "fraud_type", "fraud_case_id", "label_available_at")
 
