@@ -40,6 +40,7 @@ def toy_run(tmp_path_factory):
     return out, proc.stdout, json.loads((out / "report.json").read_text())
 
 
+@pytest.mark.slow  # the toy run: about 110 s of CPU
 def test_the_toy_run_says_which_device_and_dtype_ran(toy_run):
     out, stdout, report = toy_run
     env = report["environment"]
@@ -51,6 +52,7 @@ def test_the_toy_run_says_which_device_and_dtype_ran(toy_run):
     assert markdown.startswith("# Transactions GPU recipe") and "dtype **bf16 autocast (weights fp32)**" in markdown
 
 
+@pytest.mark.slow  # the toy run: about 110 s of CPU
 def test_the_toy_run_trains_every_stage_by_steps(toy_run):
     out, _, report = toy_run
     bank, stages = report["bank"], report["stages"]
@@ -81,6 +83,7 @@ def test_the_toy_run_trains_every_stage_by_steps(toy_run):
     assert (out / "evaluate" / "report.md").is_file() and (out / "evaluate" / "pr_curve.png").is_file()
 
 
+@pytest.mark.slow  # the toy run: about 110 s of CPU
 def test_the_toy_report_holds_every_model_and_the_verdicts(toy_run):
     out, _, report = toy_run
     metrics = json.loads((out / "evaluate" / "metrics.json").read_text())
