@@ -80,6 +80,20 @@ def test_the_lock_dies_with_its_process(tmp_path):
     RunLock(tmp_path).acquire().release()
 
 
+def test_the_holder_may_enter_its_lock_again_and_the_last_release_frees_it(tmp_path):
+    lock = RunLock(tmp_path / "run").acquire()
+    with lock:  # re-entry by the holder: no refusal of its own process
+        with lock:
+            pass
+        with pytest.raises(ValueError, match=f"pid {os.getpid()}"):
+            RunLock(tmp_path / "run").acquire()  # another instance is still refused while any hold remains
+    with pytest.raises(ValueError, match="in use"):
+        RunLock(tmp_path / "run").acquire()  # the first acquire still holds it
+    lock.release()
+    RunLock(tmp_path / "run").acquire().release()  # the last release frees the folder
+    lock.release()  # a release with nothing held does nothing
+
+
 # -- 2. a checkpoint never holds non-finite weights --------------------------------------------------
 def test_a_non_finite_gradient_norm_stops_before_the_update(tmp_path):
     model = tiny_model()

@@ -33,6 +33,11 @@ class RunLock:
     Args:
         run_dir: the run folder (created if missing).
         enabled: False makes the lock a no-op (non-main ranks of a torchrun job: rank 0 holds it).
+
+    The lock is re-entrant per instance: ``acquire`` (or ``with``) on a lock this instance already holds
+    counts one more hold, and the folder is released when the last hold is released. Another instance
+    (or process) on the same folder is refused.
+
     Raises:
         RunLocked: another live process holds the folder.
     """
@@ -41,10 +46,14 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
         self._fd: int | None = None
+        self._holds = 0  # acquire calls not yet released (re-entry by the holder)
         self._created = False  # whether acquire created the folder (removed again if the run wrote nothing)
 
     def acquire(self) -> RunLock:
         if not self.enabled:
+            return self
+        if self._fd is not None:
+            self._holds += 1
             return self
         import fcntl
 
@@ -64,12 +73,16 @@ class RunLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         os.fsync(fd)
         self._fd = fd
+        self._holds = 1
         return self
 
     def release(self) -> None:
         """Release the lock; a folder it created that holds nothing but the lock (a run refused before it
         wrote anything) is removed, so the refusal leaves no trace to trip the next command."""
         if self._fd is None:
+            return
+        self._holds -= 1
+        if self._holds > 0:
             return
         if self._created and [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
             (self.run_dir / LOCK_NAME).unlink()
