@@ -136,6 +136,20 @@ def prepare_bank(df: pd.DataFrame, schema: SchemaConfig | FittedSchema, customer
     return Bank(sorted_df, ids, schema, cuts, customers, holdout)
 
 
+def labelled_split(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(fit_rows, y_fit, select_rows, y_select)``: training-period rows (held-out customers excluded)
+    with labels known by the end of train, and validation rows with labels known by the start of test."""
+    train = bank.period_mask(None, bank.cuts["train_end"])
+    if bank.holdout:
+        train &= ~bank.df["customer_id"].isin(bank.holdout).to_numpy()
+    y_tr = bank.labels(bank.cuts["train_end"])
+    y_va = bank.labels(bank.cuts["test_start"])
+    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
+    tr_rows = np.flatnonzero(train & (y_tr >= 0))
+    va_rows = np.flatnonzero(val & (y_va >= 0))
+    return tr_rows, y_tr[tr_rows], va_rows, y_va[va_rows]
+
+
 def derive_distance(bank: Bank) -> np.ndarray:
     """km between merchant and customer home per row (NaN when card-not-present or unknown)."""
     df = bank.df

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .._deps import pd
-from ..data.bank import Bank, derive_distance
+from ..data.bank import Bank, derive_distance, labelled_split
 from ..data.features import (  # noqa: F401  (re-exported: the features the baselines read)
     RAW_CATEGORICAL,
     RISK_DELAY_S,
@@ -30,6 +30,7 @@ from ..data.features import (  # noqa: F401  (re-exported: the features the base
     window_start,
     window_stats,
 )
+from ..heads.wide import ROW_LR_C, ROW_LR_C_MAX, fit_row_logistic
 
 HGB_PARAMS = dict(learning_rate=0.05, max_iter=500, max_leaf_nodes=31, min_samples_leaf=50, l2_regularization=1.0,
                   random_state=0, early_stopping=False)
@@ -74,18 +75,7 @@ HGB_VARIANTS = {"hgb_raw": {"rolling": False}, "hgb_rolling": {"rolling": True},
                 "hgb_rolling_risk": {"rolling": True, "risk": True}}
 
 
-def hgb_split(bank: Bank) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(fit_rows, y_fit, select_rows, y_select)``: training-period rows (held-out customers excluded)
-    with labels known by the end of train, and validation rows with labels known by the start of test."""
-    train = bank.period_mask(None, bank.cuts["train_end"])
-    if bank.holdout:
-        train &= ~bank.df["customer_id"].isin(bank.holdout).to_numpy()
-    y_tr = bank.labels(bank.cuts["train_end"])
-    y_va = bank.labels(bank.cuts["test_start"])
-    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
-    tr_rows = np.flatnonzero(train & (y_tr >= 0))
-    va_rows = np.flatnonzero(val & (y_va >= 0))
-    return tr_rows, y_tr[tr_rows], va_rows, y_va[va_rows]
+hgb_split = labelled_split  # which rows fit and select the boosters (and token_lr)
 
 
 def hgb_scores(bank: Bank, rolling: bool, risk: bool = False, extra: pd.DataFrame | None = None,
@@ -118,34 +108,16 @@ def hgb_scores(bank: Bank, rolling: bool, risk: bool = False, extra: pd.DataFram
                     "total_seconds": time.perf_counter() - t0}
 
 
-TOKEN_LR_C = (0.03, 0.3, 3.0)  # inverse L2 strengths tried; the one with the best validation PR-AUC is kept
-
-
-def token_lr_scores(bank: Bank, split=hgb_split, grid=TOKEN_LR_C) -> tuple[np.ndarray, dict]:
-    """The per-row floor of the sequence models (``token_lr``): a logistic regression on the one-hot tokens
-    of each row's own fields up to the score field (what the fraud head has read of the row when it
-    scores it; no history, no ``response_code``). Fitted on the rows of ``split(bank)`` (training
-    period), ``C`` in ``grid`` chosen by validation PR-AUC. Returns ``(scores [N], info)``."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import average_precision_score
-    from sklearn.preprocessing import OneHotEncoder
-
-    t0 = time.perf_counter()
+def token_lr_scores(bank: Bank, split=hgb_split, grid=ROW_LR_C, c_max: float = ROW_LR_C_MAX) -> tuple[np.ndarray, dict]:
+    """The per-row floor of the sequence models (``token_lr``): :func:`~..heads.wide.fit_row_logistic` on the
+    one-hot tokens of each row's own fields up to the score field, fitted on the rows of ``split(bank)``
+    (training period), ``C`` chosen on its validation rows (the grid grows past its top while the top
+    wins). Returns ``(scores [N], info)``."""
     k = bank.fitted.schema.score_index
-    X = OneHotEncoder(handle_unknown="ignore").fit_transform(np.asarray(bank.ids[:, :k + 1]))
+    ids = np.asarray(bank.ids[:, :k + 1])
     tr_rows, y_tr, va_rows, y_va = split(bank)
-    fits = {}
-    for c in grid:
-        model = LogisticRegression(C=c, max_iter=300).fit(X[tr_rows], y_tr)
-        ap = float(average_precision_score(y_va, model.predict_proba(X[va_rows])[:, 1])) if y_va.sum() else float("nan")
-        fits[c] = (ap, model)
-    best = max(grid, key=lambda c: -1.0 if np.isnan(fits[c][0]) else fits[c][0])
-    scores = fits[best][1].predict_proba(X)[:, 1]
-    selection = "validation PR-AUC" if y_va.sum() else "the first of the grid (no validation positive)"
-    return scores, {"features": [f"{n} (one-hot)" for n in bank.fitted.schema.names[:k + 1]], "C": float(best),
-                    "C_selection": selection,
-                    "val_pr_auc_by_C": {str(c): fits[c][0] for c in grid}, "fit_rows": int(len(tr_rows)),
-                    "fit_frauds": int((y_tr == 1).sum()), "total_seconds": time.perf_counter() - t0}
+    fit = fit_row_logistic(ids, tr_rows, y_tr, va_rows, y_va, grid, c_max)
+    return fit.scores(ids), {"features": [f"{n} (one-hot)" for n in bank.fitted.schema.names[:k + 1]], **fit.info}
 
 
 def data_key(bank: Bank) -> str:
