@@ -61,7 +61,8 @@ def test_the_finetune_options_are_the_rows_flags(capsys, monkeypatch):
     assert len({flag.option for flag in HEAD_FLAGS}) == len(HEAD_FLAGS)  # an option belongs to one head
     assert HEADS["transaction"].cli_options == {
         "loss": "fraud_loss", "focal_gamma": "focal_gamma", "head_inputs": "fraud_head_inputs",
-        "head_hidden": "fraud_hidden", "head_dropout": "fraud_dropout", "tabular": "fraud_tabular"}
+        "head_hidden": "fraud_hidden", "head_dropout": "fraud_dropout", "tabular": "fraud_tabular",
+        "wide": "fraud_wide"}
     assert HEADS["sequence"].cli_options == {"recent_k": "sequence_recent_k"}
     # a new row's flag is a finetune option, with nothing else to register
     toy = HeadFlag("toy_width", "toy_width", "width of the toy head", int, 3)
@@ -147,8 +148,9 @@ def test_a_checkpoint_from_before_the_head_configs_loads(tmp_path):
 def test_the_fraud_head_options_keep_the_order_run_yaml_records():
     """run.yaml lists the head options in the rows' order; a reorder would change every new run folder's
     bytes against older ones (the order before the rows: loss, focal gamma, inputs, hidden, tabular,
-    dropout)."""
+    dropout; then ``wide``, recorded only when set: its row omits its default)."""
     from slmlab.transactions.heads import HEADS
 
     assert list(HEADS["transaction"].cli_options) == ["loss", "focal_gamma", "head_inputs", "head_hidden", "tabular",
-                                                      "head_dropout"]
+                                                      "head_dropout", "wide"]
+    assert [flag.option for flag in HEADS["transaction"].flags if flag.omit_default] == ["wide"]

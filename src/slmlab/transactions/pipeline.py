@@ -158,7 +158,7 @@ def finetune(data: str | Path, out: str | Path, encoder: str | Path | None = Non
         schema = model.config.fitted_schema if model is not None else preset_schema(preset)
         bank = load_prepared_bank(data, schema, customer_disjoint)
         window_options = {k: v for k, v in options.items() if k in spec.data_options}
-        head_config = {field: options[opt] for opt, field in spec.cli_options.items() if opt in options}
+        head_config = spec.head_config(options)
         return training.finetune(bank, out, model, preset, [f"device={device}", *overrides], linear_probe,
                                  files=list(files), head=head, val_windows=val_windows, session=session,
                                  **window_options, **head_config)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ..outputs import dumps_finite
 from ..train.checkpoint import list_checkpoints
 from ..train.config import load_config
 from ..train.session import RunSession, held, interruption
@@ -123,7 +124,8 @@ def _finetune(bank, cfg, session, encoder, preset, linear_probe, keep_negative, 
     session.check_resume(cfg)
     torch.manual_seed(cfg.seed)
     T = encoder.config.max_transactions if encoder is not None else TxnEncoderConfig.from_preset(preset).max_transactions
-    windows, fixed = spec.windows(bank, T, WindowOptions(keep_negative, fraud_share, label_fraction, seed), head_config)
+    options = WindowOptions(keep_negative, fraud_share, label_fraction, seed)
+    windows, fixed = spec.windows(bank, T, options, head_config)
     unbalanced = windows.pop("probe", None)
     windows["validation"] = sample_windows(windows["validation"], val_windows, cfg.seed, MIN_VAL_FRAUDS)
     val_frauds = fraud_positions(windows["validation"])
@@ -132,6 +134,10 @@ def _finetune(bank, cfg, session, encoder, preset, linear_probe, keep_negative, 
         model = spec.model_class(spec.config_class.from_preset(preset, schema=bank.fitted, **config))
     else:
         model = spec.model_class.from_encoder(encoder, **config)
+    if spec.initialise is not None and session.checkpoint is None:  # a resumed run reads its weights from the checkpoint
+        started = spec.initialise(model, bank, options)
+        if started:
+            Path(cfg.out_dir, "initialised.json").write_text(dumps_finite(started, indent=1))
     source = TransactionWindows(windows, partial(spec.labels, config=model.config))
     bs = cfg.eval_batch_size or cfg.batch_size
     # with a validation sample, each evaluation also scores as many training windows, drawn before any

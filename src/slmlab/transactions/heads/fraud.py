@@ -31,12 +31,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from ..data.bank import Bank, label_customers, windows_of_customers
+from ..data.bank import Bank, label_customers, labelled_split, windows_of_customers
 from ..data.features import tabular_table
 from ..data.windows import WindowOptions, Windows, balance_windows
 from ..model import TransactionEncoder, TxnEncoderConfig, TxnHeadConfig, TxnHeadModel, txn_mask_from
 from .joint import JointFraudHead, fit_normaliser
 from .surprisal import HEAD_INPUTS, SurprisalFraudHead
+from .wide import WIDE_CHOICES, WideFraudHead, fit_row_logistic
 
 IGNORE = -100
 FRAUD_LOSSES = ("bce", "focal")
@@ -58,6 +59,10 @@ class TransactionFraudConfig(TxnHeadConfig):
         fraud_head_inputs: ``state``, ``surprisal`` or ``both`` (see the module docstring).
         fraud_tabular: ``none`` or ``rolling``: fine-tuning fuses the rolling features (joint fusion); it
             fills the three fields below from the training rows.
+        fraud_wide: ``none`` or ``tokens``: wide & deep (:class:`~.wide.WideFraudHead`): a linear term on
+            the one-hot tokens of the transaction's own fields is added to the head's logit, and
+            fine-tuning starts it from the per-row logistic regression (``token_lr``) fitted on the
+            training rows, with the deep head gated to 0 at the start.
         tabular_features, tabular_center, tabular_scale: the fused features' names and normaliser
             (:class:`~.joint.JointFraudHead`); None = no fusion.
         freeze_backbone, **kwargs: :class:`~slmlab.transactions.model.TxnHeadConfig`'s.
@@ -65,7 +70,7 @@ class TransactionFraudConfig(TxnHeadConfig):
 
     model_type = "slmlab_txn_fraud"
     HEAD_FIELDS = ("fraud_hidden", "fraud_dropout", "pos_weight", "fraud_loss", "focal_gamma", "fraud_head_inputs",
-                   "fraud_tabular", "tabular_features", "tabular_center", "tabular_scale")
+                   "fraud_tabular", "tabular_features", "tabular_center", "tabular_scale", "fraud_wide")
 
     fraud_hidden: int | None = None
     fraud_dropout: float = 0.1
@@ -77,6 +82,7 @@ class TransactionFraudConfig(TxnHeadConfig):
     tabular_features: list[str] | None = None
     tabular_center: list[float] | None = None
     tabular_scale: list[float] | None = None
+    fraud_wide: str = "none"
 
     def __post_init__(self, **kwargs):
         given = {name: getattr(self, name) for name in self.HEAD_FIELDS}
@@ -86,6 +92,7 @@ class TransactionFraudConfig(TxnHeadConfig):
         self.focal_gamma = float(self.focal_gamma)
         self.fraud_head_inputs = str(self.fraud_head_inputs)
         self.fraud_tabular = str(self.fraud_tabular)
+        self.fraud_wide = str(self.fraud_wide)
         if self.tabular_features is not None:
             self.tabular_features = [str(n) for n in self.tabular_features]
         if self.tabular_center is not None:
@@ -94,6 +101,14 @@ class TransactionFraudConfig(TxnHeadConfig):
             self.tabular_scale = [float(v) for v in self.tabular_scale]
         super().__post_init__(**kwargs)
         self._check(given)
+
+    def to_dict(self) -> dict:
+        """transformers' dict of the config, without ``fraud_wide`` at its default ``none`` (a field added after
+        configs were saved: a config without wide & deep saves the JSON it saved before)."""
+        out = super().to_dict()
+        if out.get("fraud_wide") == "none":
+            out.pop("fraud_wide")
+        return out
 
     def _check(self, given: dict) -> None:
         """The head's checks, on the normalised fields; a message shows the value as ``given``."""
@@ -105,6 +120,8 @@ class TransactionFraudConfig(TxnHeadConfig):
                 raise ValueError("joint fusion (tabular features) reads the state; use fraud_head_inputs='state'")
             if len(self.tabular_center or ()) != k or len(self.tabular_scale or ()) != k:
                 raise ValueError(f"tabular_center and tabular_scale need one value per tabular feature ({k})")
+        if self.fraud_wide not in WIDE_CHOICES:
+            raise ValueError(f"fraud_wide must be one of {WIDE_CHOICES}, got {given['fraud_wide']!r}")
         if self.fraud_loss not in FRAUD_LOSSES:
             raise ValueError(f"fraud_loss must be 'bce' or 'focal', got {given['fraud_loss']!r}")
         if not self.focal_gamma >= 0:
@@ -189,7 +206,16 @@ class FraudOutput(ModelOutput):
 
 def fraud_head_from_config(config: TransactionFraudConfig, encoder: TransactionEncoder) -> nn.Module:
     """The config's fraud head: ``fraud_head_inputs`` ``state`` (default) -> :class:`TransactionFraudHead`,
-    ``surprisal`` / ``both`` -> :class:`SurprisalFraudHead` (``fraud_hidden`` 0: logistic, default 16)."""
+    ``surprisal`` / ``both`` -> :class:`SurprisalFraudHead` (``fraud_hidden`` 0: logistic, default 16);
+    ``tabular_features`` -> :class:`~.joint.JointFraudHead`; ``fraud_wide: tokens`` wraps the head in
+    :class:`~.wide.WideFraudHead`."""
+    deep = _deep_fraud_head(config, encoder)
+    if config.fraud_wide == "tokens":
+        return WideFraudHead(deep, encoder.embedding.vocab_sizes, encoder.score_index)
+    return deep
+
+
+def _deep_fraud_head(config: TransactionFraudConfig, encoder: TransactionEncoder) -> nn.Module:
     inputs = config.fraud_head_inputs
     d, nf = config.backbone_config().hidden_size, len(encoder.feature_names)
     if config.tabular_features is not None:
@@ -200,6 +226,23 @@ def fraud_head_from_config(config: TransactionFraudConfig, encoder: TransactionE
     inner = 16 if config.fraud_hidden is None else config.fraud_hidden
     return SurprisalFraudHead(encoder.lm_heads, encoder.embedding.vocab_sizes, d, encoder.score_index, nf, inputs,
                               inner, config.fraud_dropout)
+
+
+def warm_start(model: TransactionFraudModel, bank: Bank, options: WindowOptions) -> dict:
+    """Before fine-tuning: a wide & deep head's linear term gets the per-row logistic regression fitted on
+    the training rows the head may learn from (labels known by the end of train; with ``label_fraction``
+    < 1 only the labelled customers'), ``C`` chosen on validation. Returns the fit's info ({} for the
+    other heads, which start as initialised)."""
+    if not isinstance(model.fraud_head, WideFraudHead):
+        return {}
+    tr_rows, y_tr, va_rows, y_va = labelled_split(bank)
+    if options.label_fraction < 1:
+        keep = np.isin(bank.df["customer_id"].astype(str).to_numpy()[tr_rows], list(labelled_customers(bank, options)))
+        tr_rows, y_tr = tr_rows[keep], y_tr[keep]
+    k = model.encoder.score_index
+    fit = fit_row_logistic(np.asarray(bank.ids[:, :k + 1]), tr_rows, y_tr, va_rows, y_va)
+    model.fraud_head.load_logistic(fit)
+    return fit.info
 
 
 class TransactionFraudModel(TxnHeadModel):
@@ -239,6 +282,13 @@ def transaction_labels(ids: torch.Tensor, txn_mask: torch.Tensor, row_labels: to
     return torch.where(txn_mask & (row_labels >= 0), row_labels, torch.full_like(row_labels, IGNORE))
 
 
+def labelled_customers(bank: Bank, options: WindowOptions) -> set[str]:
+    """The training customers whose labels fine-tuning may read: a seeded ``options.label_fraction`` of those
+    with a training-period row (held-out customers excluded; all of them at fraction 1)."""
+    customers = bank.df["customer_id"].astype(str)[bank.period_mask(None, bank.cuts["train_end"])]
+    return label_customers(set(customers) - {str(c) for c in bank.holdout}, options.label_fraction, options.seed)
+
+
 def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -> tuple[dict[str, Windows], dict]:
     """The per-transaction fraud head's ``train`` / ``validation`` windows (stride ``T // 2``) and the
     config values they fix (``pos_weight``).
@@ -256,11 +306,9 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
     y_train = bank.labels(bank.cuts["train_end"])
     y_val = bank.labels(bank.cuts["test_start"])
     train_rows = bank.period_mask(None, bank.cuts["train_end"])
-    customers = bank.df["customer_id"].astype(str)
-    labelled = label_customers(set(customers[train_rows]) - {str(c) for c in bank.holdout}, options.label_fraction,
-                               options.seed)
+    labelled = labelled_customers(bank, options)
     if options.label_fraction < 1:
-        train_rows &= customers.isin(labelled).to_numpy()
+        train_rows &= bank.df["customer_id"].astype(str).isin(labelled).to_numpy()
     train_w = bank.windows(T, T // 2, "train", labels=y_train)
     if options.label_fraction < 1:
         train_w = windows_of_customers(train_w, bank, labelled)

@@ -24,6 +24,8 @@ from . import customer, forecast, fraud, sequence
 HeadLabels = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, TxnHeadConfig], torch.Tensor]
 # ``(bank, T, window options, head config values) -> ({"train": ..., "validation": ...}, config values)``
 HeadWindows = Callable[[Bank, int, WindowOptions, dict], tuple[dict[str, Windows], dict]]
+# ``(new model, bank, window options) -> what it did`` (a fresh fine-tune, before its first step)
+HeadInitialise = Callable[[TxnHeadModel, Bank, WindowOptions], dict]
 # ``(model, validation windows, batch size) -> metrics`` (``loss``; ``acc`` is what ``keep_best`` selects on)
 HeadEvaluate = Callable[[TxnHeadModel, Windows, int], dict]
 
@@ -37,6 +39,9 @@ class HeadFlag:
         field: the head config field it sets.
         help: its ``--help`` line.
         type, default, choices: as ``argparse.ArgumentParser.add_argument`` takes them.
+        omit_default: the field reaches the head config (and the run's recorded identity) only when set
+            to another value than ``default``: a row added after run folders were written, so that
+            those folders resume and re-record unchanged.
     """
 
     option: str
@@ -45,6 +50,7 @@ class HeadFlag:
     type: Callable[[str], object] | None = None
     default: object = None
     choices: tuple[str, ...] | None = None
+    omit_default: bool = False
 
     @property
     def flag(self) -> str:
@@ -68,6 +74,8 @@ class HeadSpec:
         evaluate: its validation metrics (:data:`HeadEvaluate`).
         data_options: which of :class:`~slmlab.transactions.data.windows.WindowOptions`' fields apply.
         flags: the ``finetune`` options that set this head's config fields (:class:`HeadFlag`).
+        initialise: what a fresh fine-tune does to the new model before its first step, from the bank
+            (:data:`HeadInitialise`; e.g. the wide term's warm start); None: nothing.
     """
 
     name: str
@@ -77,10 +85,17 @@ class HeadSpec:
     evaluate: HeadEvaluate
     data_options: tuple[str, ...] = ()
     flags: tuple[HeadFlag, ...] = ()
+    initialise: HeadInitialise | None = None
 
     @property
     def config_class(self) -> type[TxnHeadConfig]:
         return self.model_class.config_class
+
+    def head_config(self, options: dict) -> dict:
+        """The head config fields ``finetune``'s ``options`` (argparse names) set (an ``omit_default`` row at
+        its default sets nothing)."""
+        return {flag.field: options[flag.option] for flag in self.flags if flag.option in options
+                and not (flag.omit_default and options[flag.option] == flag.default)}
 
     @property
     def cli_options(self) -> dict[str, str]:
@@ -108,7 +123,12 @@ HEADS: dict[str, HeadSpec] = {spec.name: spec for spec in (
                  HeadFlag("tabular", "fraud_tabular", "joint fusion: the fraud head also reads each transaction's"
                           " rolling features (the HGB-rolling baseline's, from earlier rows only), trained end to"
                           " end", default="none", choices=fraud.TABULAR_CHOICES),
-                 HeadFlag("head_dropout", "fraud_dropout", "dropout of the fraud head MLP (default 0.1)", float, 0.1))),
+                 HeadFlag("head_dropout", "fraud_dropout", "dropout of the fraud head MLP (default 0.1)", float, 0.1),
+                 HeadFlag("wide", "fraud_wide", "wide & deep: add a linear term on the transaction's own field"
+                          " tokens, started from the per-row logistic regression (token_lr) fitted on the training"
+                          " rows, the deep head gated from 0", default="none", choices=fraud.WIDE_CHOICES,
+                          omit_default=True)),
+             initialise=fraud.warm_start),
     HeadSpec("sequence", sequence.SequenceFraudModel, labels=sequence.sequence_labels,
              windows=sequence.training_windows, evaluate=sequence.sequence_eval,
              data_options=("keep_negative", "fraud_share", "seed"), flags=(

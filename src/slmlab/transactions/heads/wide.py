@@ -19,7 +19,10 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+from torch import nn
 
+WIDE_CHOICES = ("none", "tokens")
 ROW_LR_C = (0.03, 0.3, 3.0)  # inverse L2 strengths tried first; the one with the best validation PR-AUC is kept
 ROW_LR_C_MAX = 3000.0  # while the largest C tried wins, the grid grows tenfold past it, up to this
 ROW_LR_MAX_ITER = 1000
@@ -89,3 +92,37 @@ def fit_row_logistic(ids: np.ndarray, train_rows, y_train, val_rows, y_val, grid
             "fit_rows": int(len(train_rows)), "fit_frauds": int((np.asarray(y_train) == 1).sum()),
             "total_seconds": time.perf_counter() - t0}
     return RowLogistic(onehot, fits[best][1], info)
+
+
+class WideFraudHead(nn.Module):
+    """``deep`` (any fraud head: ``(hidden, ids, txn_mask, tabular) -> [B, T]``) plus a linear term on the
+    tokens of each transaction's fields ``0..score_index``:
+    ``logit = gate * deep(...) + sum_f wide[f](id_f) + bias``, with ``wide``, ``bias`` and ``gate`` at 0
+    at construction (the model starts from a constant; :meth:`load_logistic` starts it from a fitted
+    per-row regression)."""
+
+    def __init__(self, deep: nn.Module, vocab_sizes, score_index: int) -> None:
+        super().__init__()
+        self.deep = deep
+        self.wide = nn.ModuleList(nn.Embedding(int(v), 1) for v in list(vocab_sizes)[:score_index + 1])
+        for table in self.wide:
+            nn.init.zeros_(table.weight)
+        self.bias = nn.Parameter(torch.zeros(()))
+        self.gate = nn.Parameter(torch.zeros(()))
+
+    def forward(self, hidden: torch.Tensor, ids: torch.Tensor, txn_mask: torch.Tensor | None = None,
+                tabular: torch.Tensor | None = None) -> torch.Tensor:
+        """``ids [B, T, F]`` -> logits ``[B, T]``."""
+        linear = sum(table(ids[..., f]).squeeze(-1) for f, table in enumerate(self.wide))
+        return self.gate * self.deep(hidden, ids, txn_mask, tabular) + linear + self.bias
+
+    @torch.no_grad()
+    def load_logistic(self, fit: RowLogistic) -> None:
+        """Copy the fitted regression's weights into the wide term (fields beyond the fit's keep 0)."""
+        if fit.n_fields != len(self.wide):
+            raise ValueError(f"the regression reads {fit.n_fields} fields, the wide term {len(self.wide)}; fit it on"
+                             " the fields up to the score field")
+        weights, intercept = fit.weights([table.num_embeddings for table in self.wide])
+        for table, w in zip(self.wide, weights):
+            table.weight.copy_(torch.as_tensor(w, dtype=table.weight.dtype).unsqueeze(-1))
+        self.bias.fill_(intercept)
