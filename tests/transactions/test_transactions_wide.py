@@ -44,19 +44,29 @@ def test_a_warm_started_head_scores_every_row_as_the_regression(bank):
     assert checked > 1000
 
 
-def test_the_gate_starts_closed_and_every_parameter_learns(bank):
+def test_the_deep_head_starts_at_zero_and_every_parameter_learns(bank):
     model = wide_model(bank).train()
     head = model.fraud_head
-    assert isinstance(head, WideFraudHead) and head.gate.item() == 0.0
+    out = head.deep.mlp[-1]
+    assert isinstance(head, WideFraudHead) and out.weight.abs().sum().item() == 0 == out.bias.abs().sum().item()
     batch = next(bank.windows(16, 8, "train", labels=bank.labels(bank.cuts["train_end"])).batches(16))
     labels = torch.where(batch.txn_mask, (batch.ids[..., 0] % 2 == 0).long(), torch.full_like(batch.labels, -100))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(2):  # the first step opens the gate; then the deep head and encoder get gradient too
+    for _ in range(2):  # the first step moves the output layer; then the deep head and encoder get gradient too
         opt.zero_grad()
         model(**batch.inputs(), labels=labels).loss.backward()
         opt.step()
     silent = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)]
-    assert head.gate.item() != 0.0 and not [n for n in silent if not n.startswith("encoder.lm_heads")], silent
+    assert out.weight.abs().sum().item() > 0 and not [n for n in silent if not n.startswith("encoder.lm_heads")], silent
+
+
+@pytest.mark.parametrize("kw", [{}, {"fraud_head_inputs": "both"}, {"fraud_head_inputs": "surprisal", "fraud_hidden": 0}])
+def test_every_deep_head_adds_nothing_at_the_start(bank, kw):
+    model = wide_model(bank, **kw)
+    batch = next(bank.windows(16, 8, "train").batches(8))
+    with torch.no_grad():
+        model.fraud_head.bias.fill_(0.25)
+        assert torch.equal(model(**batch.inputs()).logits, torch.full(batch.txn_mask.shape, 0.25))
 
 
 def test_warm_start_fits_the_labelled_training_rows_only(bank):
@@ -76,7 +86,8 @@ def test_a_saved_wide_model_loads_with_the_same_logits(bank, tmp_path):
     with torch.no_grad():
         for table in model.fraud_head.wide:
             table.weight.normal_()
-        model.fraud_head.gate.fill_(0.5)
+        head = model.fraud_head.deep.mlp[-1]
+        head.weight.normal_()
     model.save_pretrained(tmp_path)
     again = TransactionFraudModel.from_pretrained(str(tmp_path)).eval()
     batch = next(bank.windows(16, 8, "train").batches(8))

@@ -262,6 +262,8 @@ class TransactionFraudModel(TxnHeadModel):
         self.fraud_head = fraud_head_from_config(config, self.encoder)
         self.loss_fn = fraud_loss_from_config(config)
         self._finish_init()
+        if isinstance(self.fraud_head, WideFraudHead):  # the weight init above drew its deep output layer
+            self.fraud_head.zero_deep_output()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, tabular: torch.Tensor | None = None, **kwargs) -> FraudOutput:
