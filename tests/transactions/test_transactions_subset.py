@@ -11,6 +11,7 @@ pd = pytest.importorskip("pandas")
 
 from slmlab.cli import main  # noqa: E402
 from slmlab.transactions.data.bank import export, load_bank, parse_customer_slice, subset_customers  # noqa: E402
+from slmlab.transactions.data.synth import SynthConfig  # noqa: E402
 
 
 def test_two_slices_partition_the_bank_and_keep_every_merchant(bank_data):
@@ -44,13 +45,14 @@ def test_bad_slice_text_is_refused_with_the_form(text):
 
 
 def test_cli_writes_the_subset_and_records_it(bank_data, tmp_path, capsys):
-    export(bank_data, tmp_path / "bank", "parquet", labels_separate=True)
+    export(bank_data, tmp_path / "bank", "parquet", labels_separate=True, cfg=SynthConfig.from_preset("tiny", seed=3))
     assert main(["transactions", "subset", "--data", str(tmp_path / "bank"), "--customers", "5:",
                  "--out", str(tmp_path / "rest")]) == 0
     n = bank_data.transactions["customer_id"].nunique() - 5
     assert f"{n:,} customers" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "rest" / "manifest.json").read_text())
     assert manifest["subset"] == {"source": str(tmp_path / "bank"), "customers": "5:", "n_customers": n}
+    assert manifest["config"] == SynthConfig.from_preset("tiny", seed=3).to_dict()  # the generator that made the rows
     assert (tmp_path / "rest" / "labels.csv").is_file()  # the source's layout is kept
     got = load_bank(tmp_path / "rest").transactions
     assert got["customer_id"].nunique() == n and got["is_fraud"].notna().all()

@@ -9,6 +9,7 @@ config, as the command split them).
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -111,6 +112,9 @@ def subset_bank(data: str | Path, out: str | Path, customers: str, force: bool =
     sub = subset_customers(load_bank(data), which)
     fmt = "parquet" if Path(data, "transactions.parquet").is_file() else "csv"
     manifest = export(sub, out, fmt, labels_separate=Path(data, "labels.csv").is_file())
+    source = Path(data, "manifest.json")
+    if source.is_file():  # the generator settings that made the rows (None for a mapped real export)
+        manifest["config"] = json.loads(source.read_text()).get("config")
     manifest["subset"] = {"source": str(data), "customers": customers,
                           "n_customers": int(sub.transactions["customer_id"].nunique())}
     Path(out, "manifest.json").write_text(dumps_finite(manifest, indent=1))
