@@ -67,3 +67,18 @@ def test_cli_refusals_exit_2_with_what_to_do(bank_data, tmp_path, capsys):
     assert "START:STOP" in capsys.readouterr().err
     assert main([*base, "--customers", ":3", "--out", str(tmp_path / "bank")]) == 2  # not empty, no --force
     assert "--force" in capsys.readouterr().err
+
+
+def test_a_failure_midway_leaves_no_partial_bank(bank_data, tmp_path, monkeypatch):
+    from slmlab.transactions import pipeline
+
+    export(bank_data, tmp_path / "bank", "parquet")
+
+    def half_written(data, out, *args, **kwargs):
+        (out / "transactions.parquet").write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pipeline, "export", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        pipeline.subset_bank(tmp_path / "bank", tmp_path / "sub", ":5")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bank"]  # no target, no temporary left behind

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..outputs import dumps_finite
+from ..outputs import dumps_finite, staged_folder
 from ..train.checkpoint import resolve_checkpoint
 from ..train.session import RunSession
 from ..train.trainer import Trainer, resolve_device
@@ -76,15 +76,21 @@ class Generated:
     seconds: float
 
 
+def _refuse_a_bank_folder(out: str | Path, force: bool) -> None:
+    """``generate`` and ``subset`` write a bank into ``out``: a folder that already holds files (a bank, a
+    mapped real export) is refused unless ``force``."""
+    check_out_dir(out)
+    if not force and is_non_empty(out):
+        raise ValueError(f"--out {out} is not empty (it may hold a bank or a mapped real export); pass --force to"
+                         " overwrite its files, or choose another folder")
+
+
 def generate_bank(out: str | Path, preset: str = "tiny", seed: int | None = None, fmt: str = "parquet",
                   labels_separate: bool = False, overrides: dict | None = None, force: bool = False) -> Generated:
     """Generate the synthetic bank of ``preset`` (``configs/synth.yaml``) with ``overrides`` (generator
     settings, e.g. ``{"n_customers": 1000}``; ``seed`` wins over theirs) and write it to ``out``: a
     folder that already holds files (a bank, a mapped real export) is refused unless ``force``."""
-    check_out_dir(out)
-    if not force and is_non_empty(out):
-        raise ValueError(f"--out {out} is not empty (it may hold a bank or a mapped real export); pass --force to"
-                         " overwrite its files, or choose another folder")
+    _refuse_a_bank_folder(out, force)
     overrides = dict(overrides or {})
     if seed is not None:
         overrides["seed"] = seed
@@ -103,21 +109,19 @@ def subset_bank(data: str | Path, out: str | Path, customers: str, force: bool =
     ``:6500``) of the bank folder ``data`` to ``out``, in the source's format, every merchant kept; the
     manifest records the source and the slice. E.g. a disjoint pretraining bank (``6500:``) for an
     encoder whose states join a booster fitted on ``:6500``."""
-    check_out_dir(out)
-    if not force and is_non_empty(out):
-        raise ValueError(f"--out {out} is not empty (it may hold a bank); pass --force to overwrite its files, or"
-                         " choose another folder")
+    _refuse_a_bank_folder(out, force)
     which = parse_customer_slice(customers)
     t0 = time.perf_counter()
     sub = subset_customers(load_bank(data), which)
     fmt = "parquet" if Path(data, "transactions.parquet").is_file() else "csv"
-    manifest = export(sub, out, fmt, labels_separate=Path(data, "labels.csv").is_file())
-    source = Path(data, "manifest.json")
-    if source.is_file():  # the generator settings that made the rows (None for a mapped real export)
-        manifest["config"] = json.loads(source.read_text()).get("config")
-    manifest["subset"] = {"source": str(data), "customers": customers,
-                          "n_customers": int(sub.transactions["customer_id"].nunique())}
-    Path(out, "manifest.json").write_text(dumps_finite(manifest, indent=1))
+    with staged_folder(out, "--out", own=lambda _: force) as tmp:  # a failure midway leaves no partial bank
+        manifest = export(sub, tmp, fmt, labels_separate=Path(data, "labels.csv").is_file())
+        source = Path(data, "manifest.json")
+        if source.is_file():  # the generator settings that made the rows (None for a mapped real export)
+            manifest["config"] = json.loads(source.read_text()).get("config")
+        manifest["subset"] = {"source": str(data), "customers": customers,
+                              "n_customers": int(sub.transactions["customer_id"].nunique())}
+        Path(tmp, "manifest.json").write_text(dumps_finite(manifest, indent=1))
     return Generated(sub, manifest, time.perf_counter() - t0)
 
 
