@@ -62,7 +62,7 @@ class TransactionFraudConfig(TxnHeadConfig):
         fraud_wide: ``none`` or ``tokens``: wide & deep (:class:`~.wide.WideFraudHead`): a linear term on
             the one-hot tokens of the transaction's own fields is added to the head's logit, and
             fine-tuning starts it from the per-row logistic regression (``token_lr``) fitted on the
-            training rows, with the deep head gated to 0 at the start.
+            training rows, with the deep head's output layer at 0 at the start.
         tabular_features, tabular_center, tabular_scale: the fused features' names and normaliser
             (:class:`~.joint.JointFraudHead`); None = no fusion.
         freeze_backbone, **kwargs: :class:`~slmlab.transactions.model.TxnHeadConfig`'s.

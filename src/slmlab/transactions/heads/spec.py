@@ -126,7 +126,7 @@ HEADS: dict[str, HeadSpec] = {spec.name: spec for spec in (
                  HeadFlag("head_dropout", "fraud_dropout", "dropout of the fraud head MLP (default 0.1)", float, 0.1),
                  HeadFlag("wide", "fraud_wide", "wide & deep: add a linear term on the transaction's own field"
                           " tokens, started from the per-row logistic regression (token_lr) fitted on the training"
-                          " rows, the deep head gated from 0", default="none", choices=fraud.WIDE_CHOICES,
+                          " rows, the deep head's output starting at 0", default="none", choices=fraud.WIDE_CHOICES,
                           omit_default=True)),
              initialise=fraud.warm_start),
     HeadSpec("sequence", sequence.SequenceFraudModel, labels=sequence.sequence_labels,

@@ -72,8 +72,8 @@ def fit_row_logistic(ids: np.ndarray, train_rows, y_train, val_rows, y_val, grid
     from sklearn.preprocessing import OneHotEncoder
 
     t0 = time.perf_counter()
-    onehot = OneHotEncoder(handle_unknown="ignore").fit(np.asarray(ids))
-    X = onehot.transform(np.asarray(ids))
+    onehot = OneHotEncoder(handle_unknown="ignore")
+    X = onehot.fit_transform(np.asarray(ids))
     fits = {}
 
     def fit(c: float) -> None:
