@@ -175,8 +175,11 @@ def test_cli_finetunes_joint_fusion_and_scores(bank_data, tmp_path, capsys):
 
 # -- evaluation: the booster cache, joint models as stacker inputs and under criterion 2 -----------------
 def test_booster_cache_reads_back_identical_scores_and_misses_on_other_data(bank, tmp_path):
+    import hashlib
+    import json
+
     from slmlab.transactions.data.bank import Bank
-    from slmlab.transactions.evaluation.baseline import cached_hgb_scores, data_key, hgb_scores
+    from slmlab.transactions.evaluation.baseline import HGB_PARAMS, cached_hgb_scores, data_key, hgb_scores
 
     first, info = cached_hgb_scores(bank, "hgb_raw", {"rolling": False}, tmp_path)
     assert info["cache"].startswith("wrote")
@@ -190,6 +193,9 @@ def test_booster_cache_reads_back_identical_scores_and_misses_on_other_data(bank
     assert data_key(other) != data_key(bank)
     assert cached_hgb_scores(other, "hgb_raw", {"rolling": False}, tmp_path)[1]["cache"].startswith("wrote")
     assert len(list(tmp_path.glob("hgb_raw-*.npz"))) == 2
+    # the file name's spec digest is the one caches were written under before cached_scores existed
+    spec = hashlib.sha256(json.dumps(["hgb_raw", {"rolling": False}, HGB_PARAMS], sort_keys=True).encode())
+    assert (tmp_path / f"hgb_raw-{data_key(bank)}-{spec.hexdigest()[:8]}.npz").is_file()
 
 
 def test_joint_models_feed_the_stacker_and_can_be_the_primary_of_criterion_2(joint, bank, tmp_path):

@@ -19,6 +19,8 @@ from slmlab.cli import main  # noqa: E402
 from slmlab.transactions.data.bank import export, label_customers, prepare_bank  # noqa: E402
 from slmlab.transactions.evaluation.augmented import (  # noqa: E402
     PCA_COMPONENTS,
+    cached_encoder_scores,
+    encoder_key,
     hgb_encoder_scores,
     pca_features,
     training_period_rows,
@@ -243,6 +245,31 @@ def test_encoder_states_are_streamed_once_and_feed_the_booster(bank, few, monkey
     assert "count_24h" in info["features"] and s.shape == (len(bank.df),) and not np.isnan(s).any()
     with pytest.raises(ValueError, match="one row per bank row"):
         hgb_encoder_scores(bank, states[:5])
+
+
+def test_encoder_boosting_scores_are_cached_per_encoder(bank, tmp_path, monkeypatch):
+    """A second report with the same encoder reads hgb_rolling_encoder's scores back (no streaming pass);
+    the same weights in another object share the key, one nudged weight does not."""
+    from slmlab.transactions.evaluation import augmented, baseline
+    from slmlab.transactions.model import TransactionEncoder
+
+    monkeypatch.setitem(baseline.HGB_PARAMS, "max_iter", 30)
+    torch.manual_seed(0)
+    enc = TransactionEncoder(TxnEncoderConfig.from_preset("lfm2_tiny", schema=bank.fitted)).eval()
+    first, info = cached_encoder_scores(bank, enc, tmp_path)
+    assert info["cache"].startswith("wrote") and info["states_seconds"] > 0
+    np.testing.assert_array_equal(first, hgb_encoder_scores(bank, score_states(enc, bank))[0])
+    passes = []
+    monkeypatch.setattr(augmented, "score_states", lambda *a, **k: passes.append(a))
+    again, info2 = cached_encoder_scores(bank, enc, tmp_path)
+    assert info2["cache"].startswith("read") and not passes
+    np.testing.assert_array_equal(again, first)
+    twin = TransactionEncoder(enc.config).eval()
+    twin.load_state_dict(enc.state_dict())
+    assert encoder_key(twin) == encoder_key(enc)
+    with torch.no_grad():
+        next(twin.parameters()).view(-1)[0] += 1e-3
+    assert encoder_key(twin) != encoder_key(enc)
 
 
 def test_report_rows_stacker_and_floor_on_the_tiny_bank(bank, model, tmp_path, monkeypatch):

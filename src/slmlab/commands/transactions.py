@@ -150,7 +150,8 @@ def transactions_command(argv: list[str]) -> int:
             p.add_argument("--val-windows", type=_positive_int, default=None, metavar="N",
                            help="--label-fraction fine-tuning: validate on a seeded sample of N windows")
             p.add_argument("--cache", default=None, metavar="DIR",
-                           help="keep the gradient-boosting scores here and reuse them for the same bank")
+                           help="keep the gradient-boosting scores (and hgb_rolling_encoder's, per encoder) here and reuse"
+                                " them for the same bank")
             for flag, why in REMOVED_EVALUATE_FLAGS.items():
                 p.add_argument(flag, nargs="?", action=_Removed, why=why)
     a = sub.add_parser("audit", help="print param_count() of a preset")

@@ -130,26 +130,35 @@ def data_key(bank: Bank) -> str:
     return h.hexdigest()[:16]
 
 
-def cached_hgb_scores(bank: Bank, name: str, kw: dict, cache_dir: str | Path | None,
-                      key: str | None = None) -> tuple[np.ndarray, dict]:
-    """:func:`hgb_scores` of the variant ``name`` (options ``kw``), read from ``cache_dir`` when an earlier
-    run stored it for the same data (:func:`data_key`), variant and hyper-parameters, else computed and
-    stored there (``None``: no cache). The boosters of a large bank take many CPU-minutes, and they do
-    not depend on the sequence model being evaluated; ``info["cache"]`` says which file was read or
-    written."""
+def cached_scores(cache_dir: str | Path | None, name: str, key: str, spec: list, n_rows: int,
+                  compute) -> tuple[np.ndarray, dict]:
+    """``compute()``'s ``(scores [n_rows], info)``, read from ``cache_dir`` when an earlier run stored them
+    under the same ``name``, data ``key`` and ``spec`` (a list JSON can write: what else decides the
+    scores), else computed and stored there (written to a temporary file, then renamed: a killed run
+    leaves no half file); ``None``: no cache. ``info["cache"]`` says which file was read or written."""
     if cache_dir is None:
-        return hgb_scores(bank, **kw)
-    key = key or data_key(bank)
-    spec = hashlib.sha256(json.dumps([name, kw, HGB_PARAMS], sort_keys=True, default=str).encode()).hexdigest()[:8]
-    path = Path(cache_dir, f"{name}-{key}-{spec}.npz")
+        return compute()
+    digest = hashlib.sha256(json.dumps([name, *spec], sort_keys=True, default=str).encode()).hexdigest()[:8]
+    path = Path(cache_dir, f"{name}-{key}-{digest}.npz")
     if path.is_file():
         with np.load(path, allow_pickle=False) as z:
             scores, info = z["scores"], json.loads(str(z["info"]))
-        if len(scores) == len(bank.df):
+        if len(scores) == n_rows:
             return scores, {**info, "cache": f"read {path}"}
-    scores, info = hgb_scores(bank, **kw)
+    scores, info = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, scores=scores, info=np.array(json.dumps(info, default=str)))
     os.replace(tmp, path)
     return scores, {**info, "cache": f"wrote {path}"}
+
+
+def cached_hgb_scores(bank: Bank, name: str, kw: dict, cache_dir: str | Path | None,
+                      key: str | None = None) -> tuple[np.ndarray, dict]:
+    """:func:`hgb_scores` of the variant ``name`` (options ``kw``), through :func:`cached_scores` keyed by
+    the data (:func:`data_key`), variant and hyper-parameters. The boosters of a large bank take many
+    CPU-minutes, and they do not depend on the sequence model being evaluated."""
+    if cache_dir is None:
+        return hgb_scores(bank, **kw)
+    return cached_scores(cache_dir, name, key or data_key(bank), [kw, HGB_PARAMS], len(bank.df),
+                         lambda: hgb_scores(bank, **kw))

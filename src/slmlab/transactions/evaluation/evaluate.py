@@ -24,10 +24,10 @@ import numpy as np
 from ...outputs import dumps_finite
 from .._deps import pd
 from ..data.bank import Bank
-from .augmented import encoder_shift, hgb_encoder_scores
+from .augmented import cached_encoder_scores, encoder_shift
 from .baseline import HGB_VARIANTS, cached_hgb_scores, data_key, token_lr_scores
 from .kinds import ModelKind, fraud_model_kind, kind_of
-from .score import score_bank, score_states
+from .score import score_bank
 from .stacking import stacked_scores
 
 
@@ -223,9 +223,8 @@ def _all_scores(bank: Bank, fraud_model, encoder, models: dict, cache_dir, devic
     timings[SEQUENCE_FLOOR] = info[SEQUENCE_FLOOR]["total_seconds"]
     if encoder is not None:
         t0 = time.perf_counter()
-        states = score_states(encoder, bank, device=device, progress=progress)
-        timings["encoder_states_all_rows"] = time.perf_counter() - t0
-        all_scores["hgb_rolling_encoder"], info["hgb_rolling_encoder"] = hgb_encoder_scores(bank, states)
+        all_scores["hgb_rolling_encoder"], info["hgb_rolling_encoder"] = cached_encoder_scores(
+            bank, encoder, cache_dir, key, device, progress)
         info["hgb_rolling_encoder"]["encoder_shift"] = encoder_shift(encoder, bank, device=device)
         timings["hgb_rolling_encoder"] = time.perf_counter() - t0
     named = {"sequence": fraud_model} if fraud_model is not None else {}
@@ -276,8 +275,9 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         models: further fraud models (name -> model) scored like ``fraud_model``, e.g. the
             label-fraction seeds or a joint-fusion model (whose head reads tabular features: a fused
             model and a stacker input, :mod:`.kinds`); ``pairs``: further paired differences to bootstrap.
-        cache_dir: where the gradient-boosting scores are kept between evaluations of the same bank
-            (:func:`~.baseline.cached_hgb_scores`; None: always fitted).
+        cache_dir: where the gradient-boosting scores (and ``hgb_rolling_encoder``'s, per encoder) are kept
+            between evaluations of the same bank (:func:`~.baseline.cached_hgb_scores`,
+            :func:`~.augmented.cached_encoder_scores`; None: always fitted).
         primary: criterion 2's one pre-declared comparison (``stacked``, ``hgb_rolling_encoder`` or a joint
             model, against ``hgb_rolling``); default ``stacked`` with a fraud model, else
             ``hgb_rolling_encoder``. The other fused models are shown as secondary, not counted.
