@@ -340,7 +340,8 @@ def test_the_transactions_report_says_no_detections_not_nan(tmp_path):
     nan = math.nan
     model = {"pr_auc": nan, "roc_auc": 0.5, "recall_at_fpr_1pct": 0.0, "recall_at_fpr_0.1pct": 0.0,
              "card_precision_at_100": nan, "val_threshold_1pct": 0.5, "threshold_source": "validation",
-             "val_threshold_fpr": 0.01, "per_pattern_recall": {"card_testing": 0.0}, "amount_weighted_recall": nan,
+             "val_threshold_fpr": 0.01, "val_pr_auc": nan, "per_pattern_recall": {"card_testing": 0.0},
+             "amount_weighted_recall": nan,
              "detection_delay": {"card_testing": {"cases": 2, "detected": 0.0, "passed_median": nan, "passed_mean": nan,
                                                   "passed_mean_all": 3.0}}}
     write_report({"n_test": 10, "n_test_fraud": 2, "bootstrap": {}, "models": {"sequence": model}}, {}, None, tmp_path)

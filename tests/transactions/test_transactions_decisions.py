@@ -351,7 +351,7 @@ def test_report_prints_half_widths_and_undecided(tmp_path):
     models = {n: {"pr_auc": 0.5, "roc_auc": 0.9, "recall_at_fpr_1pct": 0.4, "recall_at_fpr_0.1pct": 0.2,
                   "card_precision_at_100": 0.1, "per_pattern_recall": {"lost_stolen": 0.5},
                   "amount_weighted_recall": 0.4, "val_threshold_1pct": 0.12, "threshold_source": "validation",
-                  "val_threshold_fpr": 0.0098} for n in names}
+                  "val_threshold_fpr": 0.0098, "val_pr_auc": 0.61} for n in names}
     boot = {n: {"pr_auc": [0.4, 0.6]} for n in names}
     boot[SEQ] = {"pr_auc": [-0.05, 0.07], "mean": 0.01, "recall_at_fpr_0.1pct": [-0.1, 0.1], "recall_mean": 0.0}
     result = {"n_test": 100, "n_test_fraud": 10, "models": models, "bootstrap": boot}
@@ -362,6 +362,7 @@ def test_report_prints_half_widths_and_undecided(tmp_path):
     assert "| 1 parity | sequence - hgb_rolling | PR-AUC diff >= -0.01 | +0.000 [-0.050, +0.070] +/-0.060 |" in report
     assert report.count("| undecided |") == 2 and "undecided = the CI straddles the margin" in report
     assert "(+/-0.060)" in report and "threshold 0.12, validation, validation FPR 0.0098" in report
+    assert "| hgb_rolling | 0.500 [0.400, 0.600] | 0.900 | 0.400 | 0.200 | 0.100 | 0.610 |" in report
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert [c["verdict"] for c in saved["criteria"]] == ["undecided", "undecided"]
 

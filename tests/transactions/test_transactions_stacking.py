@@ -298,6 +298,29 @@ def test_report_rows_stacker_and_floor_on_the_tiny_bank(bank, model, tmp_path, m
         evaluate_models(bank, model, None, n_boot=2, primary="joint")
 
 
+def test_validation_pr_auc_is_read_on_the_scored_labelled_validation_rows(bank):
+    """Each report row's ``val_pr_auc``: average precision over the validation rows whose label is known and
+    whose score exists (a sequence model scores from the validation cut on: NaN before it)."""
+    from sklearn.metrics import average_precision_score
+
+    from slmlab.transactions.evaluation.evaluate import _model_metrics
+
+    n = len(bank.df)
+    rng = np.random.default_rng(0)
+    val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
+    test = bank.period_mask(bank.cuts["test_start"], None)
+    y_val = np.where(rng.random(n) < 0.2, 1, 0)
+    y_val[rng.random(n) < 0.1] = -1  # labels not yet known: left out
+    s = rng.random(n) + 0.5 * (y_val == 1)
+    s[np.flatnonzero(val)[:7]] = np.nan  # unscored rows: left out
+    y = bank.df["is_fraud"].fillna(0).to_numpy().astype(int)[test]
+    ftype = bank.df["fraud_type"].astype(str).to_numpy()
+    m = _model_metrics(bank, s, test, y, y_val, val & (y_val >= 0), ftype)
+    ok = val & (y_val >= 0) & ~np.isnan(s)
+    assert m["val_pr_auc"] == pytest.approx(average_precision_score(y_val[ok], s[ok]), abs=1e-12)
+    assert 0.3 < m["val_pr_auc"] < 1  # the planted signal, well above the 0.2 base rate
+
+
 def test_criteria_rules_on_hand_made_results():
     def res(a, b, ra=0.5, rb=0.5, ci=(0.01, 0.1)):
         models = {"hgb_rolling": {"pr_auc": b, "recall_at_fpr_0.1pct": rb},

@@ -239,11 +239,15 @@ def _all_scores(bank: Bank, fraud_model, encoder, models: dict, cache_dir, devic
 
 def _model_metrics(bank: Bank, s: np.ndarray, test: np.ndarray, y: np.ndarray, y_val: np.ndarray,
                    val_ok: np.ndarray, ftype: np.ndarray) -> dict:
-    """One model's row: point metrics on test, and at its validation 1%-FPR threshold the per-pattern,
-    amount-weighted recall and the detection delay."""
+    """One model's row: point metrics on test, the PR-AUC on the validation period (``val_pr_auc``: the
+    period every model's choices were made on, so a drop from it to test is drift or selection, not
+    noise alone), and at its validation 1%-FPR threshold the per-pattern, amount-weighted recall and the
+    detection delay."""
     df = bank.df
     st = s[test]
     m = point_metrics(y, st)
+    scored = val_ok & np.isfinite(s)
+    m["val_pr_auc"] = point_metrics(y_val[scored], s[scored])["pr_auc"]
     m["card_precision_at_100"] = card_precision_at_k(df[test], st)
     op = operating_threshold(y_val[val_ok], s[val_ok], 0.01)
     thr = op["threshold"]
@@ -462,13 +466,14 @@ def write_report(result: dict, scores: dict[str, np.ndarray], y: np.ndarray, out
     result = _shown(result)  # report.md: n/a where a number is undefined
     lines = ["# Fraud evaluation (test period)", "",
              f"Test transactions: {result['n_test']:,}, frauds: {result['n_test_fraud']:,}.", "",
-             "| model | PR-AUC [95% CI] | ROC-AUC | recall@1%FPR | recall@0.1%FPR | card precision@100 |",
-             "|---|---|---|---|---|---|"]
+             "| model | PR-AUC [95% CI] | ROC-AUC | recall@1%FPR | recall@0.1%FPR | card precision@100 |"
+             " validation PR-AUC |", "|---|---|---|---|---|---|---|"]
     boot = result["bootstrap"]
     for name, m in result["models"].items():
         ci = boot.get(name, {}).get("pr_auc", [_Shown("nan")] * 2)
         lines.append(f"| {name} | {m['pr_auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | {m['roc_auc']:.3f} |"
-                     f" {m['recall_at_fpr_1pct']:.3f} | {m['recall_at_fpr_0.1pct']:.3f} | {m['card_precision_at_100']:.3f} |")
+                     f" {m['recall_at_fpr_1pct']:.3f} | {m['recall_at_fpr_0.1pct']:.3f} | {m['card_precision_at_100']:.3f} |"
+                     f" {m['val_pr_auc']:.3f} |")
     lines += ["", "Paired PR-AUC differences (same customer resamples):", ""]
     for key, v in boot.items():
         if " - " in key:
