@@ -230,8 +230,9 @@ def test_cli_evaluate_with_also_cache_and_the_stacker(bank_data, tmp_path, capsy
     assert main([*args, "--out", str(tmp_path / "r1")]) == 0
     report = (tmp_path / "r1" / "report.md").read_text()
     assert "| joint |" in report and "| stacked |" in report and "2 useful, secondary (joint)" in report
-    assert len(list((tmp_path / "cache").glob("*.npz"))) == 3  # raw, rolling, rolling + risk
-    assert main([*args, "--out", str(tmp_path / "r2")]) == 0  # the boosters read back: the same report
+    assert len(list((tmp_path / "cache").glob("hgb_*.npz"))) == 3  # raw, rolling, rolling + risk
+    assert len(list((tmp_path / "cache").glob("fraud_model-*.npz"))) == 2  # the sequence and joint models
+    assert main([*args, "--out", str(tmp_path / "r2")]) == 0  # every score read back: the same report
     assert (tmp_path / "r2" / "report.md").read_text() == report
     capsys.readouterr()
     assert main(["transactions", "evaluate", "--data", d, "--out", str(tmp_path / "r3"), "--also", "joint"]) == 2

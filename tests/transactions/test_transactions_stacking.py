@@ -20,11 +20,11 @@ from slmlab.transactions.data.bank import export, label_customers, prepare_bank 
 from slmlab.transactions.evaluation.augmented import (  # noqa: E402
     PCA_COMPONENTS,
     cached_encoder_scores,
-    encoder_key,
     hgb_encoder_scores,
     pca_features,
     training_period_rows,
 )
+from slmlab.transactions.evaluation.cache import weights_key  # noqa: E402
 from slmlab.transactions.evaluation.evaluate import evaluate_models, usefulness_criteria  # noqa: E402
 from slmlab.transactions.evaluation.kinds import (  # noqa: E402
     BASELINE,
@@ -266,10 +266,30 @@ def test_encoder_boosting_scores_are_cached_per_encoder(bank, tmp_path, monkeypa
     np.testing.assert_array_equal(again, first)
     twin = TransactionEncoder(enc.config).eval()
     twin.load_state_dict(enc.state_dict())
-    assert encoder_key(twin) == encoder_key(enc)
+    assert weights_key(twin) == weights_key(enc)
     with torch.no_grad():
         next(twin.parameters()).view(-1)[0] += 1e-3
-    assert encoder_key(twin) != encoder_key(enc)
+    assert weights_key(twin) != weights_key(enc)
+
+
+def test_fraud_model_scores_are_cached_per_weights(bank, model, tmp_path, monkeypatch):
+    """A second report of the same fraud model reads its scores back (no scoring pass) and reports the
+    same figures; another model's weights miss the cache and are scored."""
+    from slmlab.transactions.evaluation import baseline
+    from slmlab.transactions.evaluation import evaluate as ev
+
+    monkeypatch.setitem(baseline.HGB_PARAMS, "max_iter", 30)
+    first = evaluate_models(bank, model, None, n_boot=5, cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("fraud_model-*.npz"))) == 1
+    real, passes = ev.score_bank, []
+    monkeypatch.setattr(ev, "score_bank", lambda m, *a, **k: passes.append(m) or real(m, *a, **k))
+    again = evaluate_models(bank, model, None, n_boot=5, cache_dir=tmp_path)
+    same = [json.dumps(r["models"]["sequence"], sort_keys=True) for r in (first, again)]  # NaN-safe equality
+    assert passes == [] and same[0] == same[1]
+    torch.manual_seed(1)
+    other = TransactionFraudModel(TxnEncoderConfig.from_preset("lfm2_tiny", schema=bank.fitted)).eval()
+    evaluate_models(bank, other, None, n_boot=5, cache_dir=tmp_path)
+    assert passes == [other] and len(list(tmp_path.glob("fraud_model-*.npz"))) == 2
 
 
 def test_report_rows_stacker_and_floor_on_the_tiny_bank(bank, model, tmp_path, monkeypatch):

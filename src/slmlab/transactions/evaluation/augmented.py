@@ -16,16 +16,15 @@ validation windows (the report keeps both and their gap).
 
 from __future__ import annotations
 
-import hashlib
 import time
 
 import numpy as np
-import torch
 
 from .._deps import pd
 from ..data.bank import Bank
 from ..data.windows import sample_windows
-from .baseline import HGB_PARAMS, cached_scores, data_key, hgb_scores
+from .baseline import HGB_PARAMS, data_key, hgb_scores
+from .cache import cached_scores, weights_key
 from .pretrain import pretrain_report, unigram_counts
 from .score import score_states
 
@@ -76,22 +75,11 @@ def hgb_encoder_scores(bank: Bank, states: np.ndarray) -> tuple[np.ndarray, dict
     return hgb_scores(bank, rolling=True, extra=encoder_columns(states, bank))
 
 
-def encoder_key(encoder) -> str:
-    """The encoder's identity, hashed: its config (architecture, fitted schema) and every weight, so two
-    run folders holding the same weights share a key and a retrained encoder never reads another's
-    cached scores."""
-    h = hashlib.sha256(encoder.config.to_json_string(use_diff=False).encode())
-    for name, tensor in sorted(encoder.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
 def cached_encoder_scores(bank: Bank, encoder, cache_dir=None, key: str | None = None, device="cpu",
                           progress: bool = False) -> tuple[np.ndarray, dict]:
     """:func:`hgb_encoder_scores` of ``encoder``'s states on ``bank``, through
-    :func:`.baseline.cached_scores` keyed by the data (:func:`.baseline.data_key`), the encoder
-    (:func:`encoder_key`), the PCA size and the booster's hyper-parameters: the streaming pass over every
+    :func:`.cache.cached_scores` keyed by the data (:func:`.baseline.data_key`), the encoder
+    (:func:`.cache.weights_key`), the PCA size and the booster's hyper-parameters: the streaming pass over every
     row is the costly part (1.7 CPU-hours on a 2.8M-row bank), and it depends on neither the sequence
     model nor the labels. ``info["states_seconds"]``: that pass's time in the run that computed it."""
     def compute():
@@ -104,7 +92,7 @@ def cached_encoder_scores(bank: Bank, encoder, cache_dir=None, key: str | None =
     if cache_dir is None:
         return compute()
     return cached_scores(cache_dir, "hgb_rolling_encoder", key or data_key(bank),
-                         [encoder_key(encoder), PCA_COMPONENTS, HGB_PARAMS], len(bank.df), compute)
+                         [weights_key(encoder), PCA_COMPONENTS, HGB_PARAMS], len(bank.df), compute)
 
 
 def encoder_shift(encoder, bank: Bank, n_windows: int = 256, batch_size: int = 64, device="cpu",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from ..data.features import (  # noqa: F401  (re-exported: the features the base
     window_stats,
 )
 from ..heads.wide import ROW_LR_C, ROW_LR_C_MAX, fit_row_logistic
+from .cache import cached_scores
 
 HGB_PARAMS = dict(learning_rate=0.05, max_iter=500, max_leaf_nodes=31, min_samples_leaf=50, l2_regularization=1.0,
                   random_state=0, early_stopping=False)
@@ -130,32 +130,9 @@ def data_key(bank: Bank) -> str:
     return h.hexdigest()[:16]
 
 
-def cached_scores(cache_dir: str | Path | None, name: str, key: str, spec: list, n_rows: int,
-                  compute) -> tuple[np.ndarray, dict]:
-    """``compute()``'s ``(scores [n_rows], info)``, read from ``cache_dir`` when an earlier run stored them
-    under the same ``name``, data ``key`` and ``spec`` (a list JSON can write: what else decides the
-    scores), else computed and stored there (written to a temporary file, then renamed: a killed run
-    leaves no half file); ``None``: no cache. ``info["cache"]`` says which file was read or written."""
-    if cache_dir is None:
-        return compute()
-    digest = hashlib.sha256(json.dumps([name, *spec], sort_keys=True, default=str).encode()).hexdigest()[:8]
-    path = Path(cache_dir, f"{name}-{key}-{digest}.npz")
-    if path.is_file():
-        with np.load(path, allow_pickle=False) as z:
-            scores, info = z["scores"], json.loads(str(z["info"]))
-        if len(scores) == n_rows:
-            return scores, {**info, "cache": f"read {path}"}
-    scores, info = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, scores=scores, info=np.array(json.dumps(info, default=str)))
-    os.replace(tmp, path)
-    return scores, {**info, "cache": f"wrote {path}"}
-
-
 def cached_hgb_scores(bank: Bank, name: str, kw: dict, cache_dir: str | Path | None,
                       key: str | None = None) -> tuple[np.ndarray, dict]:
-    """:func:`hgb_scores` of the variant ``name`` (options ``kw``), through :func:`cached_scores` keyed by
+    """:func:`hgb_scores` of the variant ``name`` (options ``kw``), through :func:`.cache.cached_scores` keyed by
     the data (:func:`data_key`), variant and hyper-parameters. The boosters of a large bank take many
     CPU-minutes, and they do not depend on the sequence model being evaluated."""
     if cache_dir is None:

@@ -26,6 +26,7 @@ from .._deps import pd
 from ..data.bank import Bank
 from .augmented import cached_encoder_scores, encoder_shift
 from .baseline import HGB_VARIANTS, cached_hgb_scores, data_key, token_lr_scores
+from .cache import cached_scores, weights_key
 from .kinds import ModelKind, fraud_model_kind, kind_of
 from .score import score_bank
 from .stacking import stacked_scores
@@ -209,6 +210,18 @@ def _ci(values) -> list[float]:
 SEQUENCE_FLOOR = "token_lr"  # every sequence recipe is reported against this per-row floor
 
 
+def _model_scores(model, bank: Bank, cache_dir, key, device, progress) -> np.ndarray:
+    """A fraud model's scores from the validation cut on (:func:`.score.score_bank`), through the cache
+    (:mod:`.cache`) keyed by the bank and the model's weights: scoring the validation and test periods of
+    a 2.8M-row bank takes a CPU-thread about 20 minutes per model, and a second report of the same run
+    folder (or a rerun of the same seeded few-label fine-tunes) gives the same scores."""
+    def compute():
+        return score_bank(model, bank, bank.cuts["val_start"], device=device, progress=progress), {}
+
+    since = str(bank.cuts["val_start"])
+    return cached_scores(cache_dir, "fraud_model", key, [weights_key(model), since], len(bank.df), compute)[0]
+
+
 def _all_scores(bank: Bank, fraud_model, encoder, models: dict, cache_dir, device, progress, stacking: bool,
                 kinds: dict[str, ModelKind]):
     """Every model's scores ``[N]``, the fit info and the timings of :func:`evaluate_models` (``kinds``:
@@ -230,7 +243,7 @@ def _all_scores(bank: Bank, fraud_model, encoder, models: dict, cache_dir, devic
     named = {"sequence": fraud_model} if fraud_model is not None else {}
     for name, m in {**named, **(models or {})}.items():
         t0 = time.perf_counter()
-        all_scores[name] = score_bank(m, bank, bank.cuts["val_start"], device=device, progress=progress)
+        all_scores[name] = _model_scores(m, bank, cache_dir, key, device, progress)
         timings[f"{name}_scoring"] = time.perf_counter() - t0
     if fraud_model is not None and stacking:
         all_scores["stacked"], info["stacked"] = stacked_scores(bank, all_scores, kinds=kinds)
@@ -279,9 +292,9 @@ def evaluate_models(bank: Bank, fraud_model=None, out_dir: str | Path | None = N
         models: further fraud models (name -> model) scored like ``fraud_model``, e.g. the
             label-fraction seeds or a joint-fusion model (whose head reads tabular features: a fused
             model and a stacker input, :mod:`.kinds`); ``pairs``: further paired differences to bootstrap.
-        cache_dir: where the gradient-boosting scores (and ``hgb_rolling_encoder``'s, per encoder) are kept
-            between evaluations of the same bank (:func:`~.baseline.cached_hgb_scores`,
-            :func:`~.augmented.cached_encoder_scores`; None: always fitted).
+        cache_dir: where the costly scores are kept between evaluations of the same bank (:mod:`.cache`):
+            the boosters', ``hgb_rolling_encoder``'s (per encoder) and each fraud model's (per weights);
+            None: always computed.
         primary: criterion 2's one pre-declared comparison (``stacked``, ``hgb_rolling_encoder`` or a joint
             model, against ``hgb_rolling``); default ``stacked`` with a fraud model, else
             ``hgb_rolling_encoder``. The other fused models are shown as secondary, not counted.
