@@ -121,3 +121,79 @@ def test_pretraining_windows_jitter_by_customer_and_seed(bank):
         if ends:
             shift.append(hi - ends[-1])
     assert all(1 <= s <= 8 for s in shift) and len(set(shift)) > 3
+
+
+# -- validation counts the validation period only, each row once --------------------------------------------
+def test_validation_labels_are_the_validation_rows_each_once(bank):
+    """A validation window holds earlier rows as context (most of them from the training period, whose
+    labels fine-tuning reads); the fraud head's validation and probe count each row of their period once
+    and no earlier row."""
+    from slmlab.transactions.data.windows import WindowOptions
+    from slmlab.transactions.heads.fraud import training_windows
+
+    windows, _ = training_windows(bank, 16, WindowOptions(), {})
+    y_val = bank.labels(bank.cuts["test_start"])
+    in_val = bank.period_mask(bank.cuts["val_start"], bank.cuts["val_end"])
+    w = windows["validation"]
+    counted = w.rows[w.txn_mask & (w.labels >= 0)]
+    expected = np.flatnonzero(in_val & (y_val >= 0))
+    np.testing.assert_array_equal(np.sort(counted), expected)  # every labelled validation row, once, nothing else
+    raw = bank.windows(16, 8, "validation", labels=y_val)
+    assert (raw.txn_mask & (raw.labels >= 0)).sum() > len(expected)  # what the windows hold besides
+    probe = windows["probe"]
+    rows = probe.rows[probe.txn_mask & (probe.labels >= 0)]
+    assert len(rows) == len(np.unique(rows))  # the training probe: each row once
+
+
+def test_window_head_validation_label_ignores_a_fraud_before_the_period():
+    """The window head's label is "a fraud among the window's rows": in validation, among the rows it
+    scores only, so a training-period fraud in a validation window's context does not make it positive."""
+    import torch as _torch
+
+    from slmlab.transactions.heads.sequence import window_labels
+
+    ids = {"c": np.full((20, F), 5)}
+    labels = {"c": np.zeros(20, np.int8)}
+    labels["c"][5] = 1  # a fraud before the period (rows 8..19)
+    w = build_windows(ids, T=8, stride=4, labels=labels, min_end={"c": 8})
+    assert (w.labels == 1).any()  # the first window holds row 5 as context
+    y = window_labels(_torch.from_numpy(w.scored_labels(fill=0).labels.astype(np.int64)), _torch.from_numpy(w.txn_mask))
+    assert y.tolist() == [0] * len(w)
+    assert np.sort(w.rows[w.scored]).tolist() == list(range(8, 20))  # each period row scored once
+
+
+def test_pretrain_report_counts_only_the_scored_positions(bank):
+    """Positions a window does not score (context) add nothing: windows whose other members score nothing
+    report exactly what the one scoring window reports alone."""
+    from slmlab.transactions.evaluation.pretrain import pretrain_report, unigram_counts
+    from slmlab.transactions.model import TransactionEncoder, TxnEncoderConfig
+
+    torch.manual_seed(0)
+    enc = TransactionEncoder(TxnEncoderConfig.from_preset("lfm2_tiny", schema=bank.fitted)).eval()
+    counts = unigram_counts(bank.windows(16, 8, "train"), list(enc.config.schema_config.vocab_sizes))
+    w = bank.windows(16, 8, "validation").take(np.arange(6))
+    silent = np.full(len(w), 16, np.int64)
+    silent[0] = w.score_from[0]
+    only_first = Windows(w.ids, w.txn_mask, w.labels, w.rows, silent)
+    alone = pretrain_report(enc, w.take([0]), counts, batch_size=4)
+    together = pretrain_report(enc, only_first, counts, batch_size=4)
+    for key in ("loss", *[k for k in alone if k.startswith("ce/")]):
+        assert together[key] == pytest.approx(alone[key], rel=1e-5, abs=1e-6), key
+
+
+def test_forecast_eval_counts_only_the_scored_rows(bank):
+    """The forecast head's validation: a window's context rows (before the period) add nothing, as for
+    the pretraining report."""
+    from slmlab.transactions.heads.forecast import NextTransactionModel, forecast_eval
+    from slmlab.transactions.model import TxnEncoderConfig
+
+    torch.manual_seed(0)
+    model = NextTransactionModel(TxnEncoderConfig.from_preset("lfm2_tiny", schema=bank.fitted)).eval()
+    w = bank.windows(16, 8, "validation").take(np.arange(6))
+    silent = np.full(len(w), 16, np.int64)
+    silent[0] = w.score_from[0]
+    alone = forecast_eval(model, w.take([0]), batch_size=4)
+    together = forecast_eval(model, Windows(w.ids, w.txn_mask, w.labels, w.rows, silent), batch_size=4)
+    assert together.keys() == alone.keys()
+    for key, value in alone.items():
+        assert together[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key

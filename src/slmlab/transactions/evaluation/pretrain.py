@@ -31,6 +31,9 @@ def pretrain_report(model, windows: Windows, train_counts: list[np.ndarray], bat
                     device: torch.device | str = "cpu") -> dict:
     """Validation CE and accuracy per feature, with (a) the training unigram and (b) the
     customer-history unigram (add-one counts of the feature in the window's earlier rows) as baselines.
+    Only the positions each window scores count (:attr:`~slmlab.transactions.data.windows.Windows.scored`):
+    every row of the windows' period once, never an earlier row the window holds as context (a validation
+    window's early rows lie in the training period the encoder was fitted on).
 
     Returns a flat dict: ``loss`` (feature-balanced CE), ``ce/<name>``, ``acc/<name>``,
     ``unigram/<name>``, ``history/<name>``.
@@ -44,10 +47,12 @@ def pretrain_report(model, windows: Windows, train_counts: list[np.ndarray], bat
     model.eval()
     for batch in windows.batches(batch_size, device):
         ids, mask = batch.ids, batch.txn_mask
+        scored = torch.from_numpy(batch.scored).to(mask.device)
         hidden = model.backbone_forward(ids, mask)
         logits = model.lm_heads.forward_targets(hidden)
         for g in range(nf):
             tgt, valid, t = head_targets(ids, mask, g)
+            valid = valid & scored[:, t]
             lp = torch.log_softmax(logits[g].float(), -1)
             ce = -lp.gather(-1, tgt.long()[..., None])[..., 0]
             sums["ce"][g] += float(ce[valid].sum())

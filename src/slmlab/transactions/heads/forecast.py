@@ -118,18 +118,22 @@ def _history_counts(ids: torch.Tensor, txn_mask: torch.Tensor, f: int, vocab: in
 
 
 def forecast_sums(logits: dict[str, torch.Tensor], ids: torch.Tensor, txn_mask: torch.Tensor,
-                  target_index: dict[str, int]) -> dict[str, float]:
+                  target_index: dict[str, int], counted: torch.Tensor | None = None) -> dict[str, float]:
     """Sums behind :func:`forecast_metrics` for one batch (they add over batches).
 
     Args:
         logits: ``name -> [B, T, V]`` forecasts of row ``t+1`` (from the state of row ``t``).
         ids: ``[B, T, F]``; txn_mask: ``[B, T]``; target_index: ``name -> feature index``.
+        counted: bool ``[B, T]``, the rows whose forecast counts (the forecast *of* row ``t``, made at
+            ``t - 1``); None: every real row.
     """
     out: dict[str, float] = {}
     for name, lg in logits.items():
         lg = lg.detach().float()
         V = lg.shape[-1]
         tgt, valid = forecast_targets(ids, txn_mask, target_index[name])
+        if counted is not None:
+            valid[:, :-1] &= counted[:, 1:].to(valid.device)
         tgt = tgt.long()
         counts = _history_counts(ids, txn_mask, target_index[name], V)
         hist_logp = torch.log((counts + 1) / (counts.sum(-1, keepdim=True) + V))
@@ -191,14 +195,17 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
 
 @torch.no_grad()
 def forecast_eval(model: NextTransactionModel, windows: Windows, batch_size: int = 64) -> dict[str, float]:
-    """:func:`forecast_metrics` of ``model`` over ``windows`` (a :class:`~slmlab.transactions.data.windows.Windows`)."""
+    """:func:`forecast_metrics` of ``model`` over ``windows`` (a :class:`~slmlab.transactions.data.windows.Windows`),
+    counting the forecast of each row the windows score (:attr:`~slmlab.transactions.data.windows.Windows.scored`):
+    never a row before the validation period that a validation window holds as context."""
     device = next(model.parameters()).device
     was = model.training
     model.eval()
     sums: dict[str, float] = {}
     for batch in windows.batches(batch_size, device):
         out = model(input_ids=batch.ids, attention_mask=batch.txn_mask)
-        sums = add_sums(sums, forecast_sums(out.logits, batch.ids, batch.txn_mask, model.target_index))
+        scored = torch.from_numpy(batch.scored)  # each row of the windows' period once, no earlier row
+        sums = add_sums(sums, forecast_sums(out.logits, batch.ids, batch.txn_mask, model.target_index, scored))
     model.train(was)
     return finish_forecast_metrics(sums)
 

@@ -301,10 +301,11 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
     customers' windows: their labels are unknown in that setting, and windows whose labels are all
     ignored would add nothing to the loss. Then ``keep_negative`` / ``fraud_share`` rebalance them.
     :func:`positive_upweighting` fixes ``pos_weight``; validation keeps all of its labels (they only
-    select and report); ``probe``: the training windows before any rebalancing (the train-PR-AUC probe
-    reads a sample of them, at the base rate). ``config["fraud_tabular"] == "rolling"`` (joint fusion)
-    attaches every row's rolling features to both splits and fixes their names and normaliser, fitted on the kept
-    training rows."""
+    select and report), each validation-period row counted once and no earlier row
+    (:meth:`~slmlab.transactions.data.windows.Windows.scored_labels`); ``probe``: the training windows
+    before any rebalancing (the train-PR-AUC probe reads a sample of them, at the base rate, each row
+    once). ``config["fraud_tabular"] == "rolling"`` (joint fusion) attaches every row's rolling features
+    to both splits and fixes their names and normaliser, fitted on the kept training rows."""
     y_train = bank.labels(bank.cuts["train_end"])
     y_val = bank.labels(bank.cuts["test_start"])
     train_rows = bank.period_mask(None, bank.cuts["train_end"])
@@ -319,7 +320,8 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
     fixed = positive_upweighting(options.fraud_share, int((real & (kept.labels == 0)).sum()),
                                  int((real & (kept.labels == 1)).sum()))
     windows = {"train": balance_windows(train_w, options.keep_negative, options.fraud_share, options.seed),
-               "validation": bank.windows(T, T // 2, "validation", labels=y_val), "probe": train_w}
+               "validation": bank.windows(T, T // 2, "validation", labels=y_val).scored_labels(),
+               "probe": train_w.scored_labels()}
     if config.get("fraud_tabular", "none") == "rolling":
         names, table = tabular_table(bank)
         center, scale = fit_normaliser(table, np.flatnonzero(train_rows))

@@ -156,7 +156,10 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
     """The window head's ``train`` / ``validation`` windows (stride ``T // 2``) and the config values
     they fix: one positive up-weighting (:func:`~.fraud.positive_upweighting`: ``pos_weight`` from the
     labels of the windows ``keep_negative`` keeps, by ``config["sequence_recent_k"]``, or 1 when
-    ``fraud_share`` repeats the fraud windows); ``probe``: the training windows before rebalancing."""
+    ``fraud_share`` repeats the fraud windows); ``probe``: the training windows before rebalancing. A
+    validation (and probe) window's label reads only the rows it scores (the others neutral, 0:
+    :meth:`~slmlab.transactions.data.windows.Windows.scored_labels`): never a row before the validation
+    period, and each row's fraud in one window."""
     recent_k = config.get("sequence_recent_k")
     check_recent_k(recent_k)
     train_w = bank.windows(T, T // 2, "train", labels=bank.labels(bank.cuts["train_end"]))
@@ -164,8 +167,9 @@ def training_windows(bank: Bank, T: int, options: WindowOptions, config: dict) -
     y = window_labels(torch.from_numpy(kept.labels.astype(np.int64)), torch.from_numpy(kept.txn_mask), recent_k)
     fixed = positive_upweighting(options.fraud_share, int((y == 0).sum()), int((y == 1).sum()))
     windows = {"train": balance_windows(train_w, options.keep_negative, options.fraud_share, options.seed),
-               "validation": bank.windows(T, T // 2, "validation", labels=bank.labels(bank.cuts["test_start"])),
-               "probe": train_w}
+               "validation": bank.windows(T, T // 2, "validation",
+                                          labels=bank.labels(bank.cuts["test_start"])).scored_labels(fill=0),
+               "probe": train_w.scored_labels(fill=0)}
     return windows, fixed
 
 
