@@ -218,6 +218,8 @@ def _model_scores(model, bank: Bank, cache_dir, key, device, progress) -> np.nda
     def compute():
         return score_bank(model, bank, bank.cuts["val_start"], device=device, progress=progress), {}
 
+    if cache_dir is None:  # no cache: no weights to hash
+        return compute()[0]
     since = str(bank.cuts["val_start"])
     return cached_scores(cache_dir, "fraud_model", key, [weights_key(model), since], len(bank.df), compute)[0]
 
