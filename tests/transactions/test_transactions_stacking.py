@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -267,6 +268,13 @@ def test_encoder_boosting_scores_are_cached_per_encoder(bank, tmp_path, monkeypa
     twin = TransactionEncoder(enc.config).eval()
     twin.load_state_dict(enc.state_dict())
     assert weights_key(twin) == weights_key(enc)
+    # saving sets the config's architectures and dtype, loading its path: none of them is the network
+    enc.save_pretrained(tmp_path / "a")
+    for folder in ("a", "b"):
+        if folder == "b":
+            shutil.copytree(tmp_path / "a", tmp_path / "b")
+        loaded = TransactionEncoder.from_pretrained(tmp_path / folder)
+        assert loaded.config.architectures and weights_key(loaded) == weights_key(twin)
     with torch.no_grad():
         next(twin.parameters()).view(-1)[0] += 1e-3
     assert weights_key(twin) != weights_key(enc)

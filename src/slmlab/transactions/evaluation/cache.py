@@ -20,12 +20,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+# config fields that say where a network was saved or loaded, not what it computes: ``save_pretrained``
+# sets ``architectures`` and ``dtype`` on the config it writes, ``from_pretrained`` sets ``_name_or_path``
+UNSAVED_FIELDS = ("_name_or_path", "architectures", "dtype", "torch_dtype", "transformers_version")
+
 
 def weights_key(model: torch.nn.Module) -> str:
-    """A network's identity, hashed: its config (architecture, fitted schema, head options) and every
-    tensor of its state dict, so two run folders holding the same weights share a key and a retrained
-    model never reads another's scores."""
-    h = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    """A network's identity, hashed: its config (architecture, fitted schema, head options; not
+    :data:`UNSAVED_FIELDS`) and every tensor of its state dict, so the same weights share a key whether
+    just trained, saved, or loaded from any folder, and a retrained model never reads another's scores."""
+    config = {k: v for k, v in model.config.to_dict().items() if k not in UNSAVED_FIELDS}
+    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())
         h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
