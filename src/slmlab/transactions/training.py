@@ -13,11 +13,14 @@ import torch
 from ..outputs import dumps_finite
 from ..train.checkpoint import list_checkpoints
 from ..train.config import load_config
+from ..train.resume_check import compare_for_resume
+from ..train.saved import saved_run_config
 from ..train.session import RunSession, held, interruption
 from ..train.signals import exit_status
 from ..train.trainer import Trainer
 from .data.bank import Bank, label_customers
 from .data.windows import TransactionWindows, WindowOptions, fraud_positions, sample_windows
+from .evaluation.cache import weights_key
 from .evaluation.pretrain import pretrain_report, unigram_counts
 from .heads import TransactionFraudModel, head_spec
 from .model import TransactionEncoder, TxnEncoderConfig
@@ -106,6 +109,21 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
     for ``sequence``); ``linear_probe`` freezes the embedding and backbone. The run is a session as
     :func:`pretrain`'s (``resume``: continue its newest checkpoint; ``session``: the caller's)."""
     spec = head_spec(head)
+    cfg = finetune_run_config(bank, out_dir, encoder, preset, overrides, linear_probe, keep_negative, seed, files,
+                              fraud_share, label_fraction, head, val_windows, **head_config)
+    with held(session, out_dir, TRANSACTIONS, resume, allow_change) as session:
+        return _finetune(bank, cfg, session, encoder, preset, linear_probe, keep_negative, seed, fraud_share,
+                         label_fraction, spec, head_config, val_windows)
+
+
+def finetune_run_config(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None = None,
+                        preset: str = "lfm2_tiny", overrides: list[str] = (), linear_probe: bool = False,
+                        keep_negative: float = 1.0, seed: int = 0, files: list[str] = (), fraud_share: float = 0.0,
+                        label_fraction: float = 1.0, head: str = "transaction", val_windows: int | None = None,
+                        **head_config):
+    """The run config :func:`finetune` trains with the same arguments (its ``model_config``: the run's
+    identity, what ``--resume`` holds fixed)."""
+    spec = head_spec(head)
     unknown = set(head_config) - set(spec.config_fields)
     if unknown:
         raise ValueError(f"{sorted(unknown)} are not config fields of the {head} head; its fields: {spec.config_fields}")
@@ -113,10 +131,7 @@ def finetune(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder | None
                 "encoder": getattr(encoder.config, "_name_or_path", "") or None if encoder is not None else None,
                 "linear_probe": bool(linear_probe), "keep_negative": keep_negative, "window_seed": seed,
                 "fraud_share": fraud_share, "label_fraction": label_fraction, **_sampled(val_windows), **head_config}
-    cfg = _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files, bank, identity)
-    with held(session, out_dir, TRANSACTIONS, resume, allow_change) as session:
-        return _finetune(bank, cfg, session, encoder, preset, linear_probe, keep_negative, seed, fraud_share,
-                         label_fraction, spec, head_config, val_windows)
+    return _run_config(FINETUNE_DEFAULTS, out_dir, overrides, files, bank, identity)
 
 
 def _finetune(bank, cfg, session, encoder, preset, linear_probe, keep_negative, seed, fraud_share, label_fraction, spec,
@@ -159,6 +174,32 @@ def _finetune(bank, cfg, session, encoder, preset, linear_probe, keep_negative, 
     return trainer
 
 
+ENCODER_KEY_FILE = "encoder.key"
+
+
+def _same_encoder(out_dir: str | Path, encoder: TransactionEncoder) -> bool:
+    """Whether the label-fraction runs in ``out_dir`` started from ``encoder``'s weights (their hash,
+    :func:`.evaluation.cache.weights_key`, kept in ``out_dir/encoder.key``; written now for the runs to come)."""
+    key, path = weights_key(encoder), Path(out_dir, ENCODER_KEY_FILE)
+    same = path.is_file() and path.read_text().strip() == key
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    path.write_text(key + "\n")
+    return same
+
+
+def _same_run(folder: Path, cfg) -> bool:
+    """Whether the run folder ``folder`` holds a checkpoint of the run ``cfg`` describes, every field equal
+    (so resuming it, or loading it when finished, gives what a fresh run would)."""
+    checkpoints = list_checkpoints(folder / "checkpoints")
+    if not checkpoints:
+        return False
+    try:
+        changes = compare_for_resume(saved_run_config(checkpoints[-1]), cfg.to_dict())
+    except ValueError:  # a protected field differs
+        return False
+    return all(line.startswith("out_dir:") for line in changes)  # the same folder, spelled another way
+
+
 def finetune_label_fraction_arms(bank: Bank, out_dir: str | Path, encoder: TransactionEncoder,
                                  label_fraction: float, overrides: list[str] = (), keep_negative: float = 1.0,
                                  seeds=(0, 1, 2), files: list[str] = (),
@@ -168,18 +209,25 @@ def finetune_label_fraction_arms(bank: Bank, out_dir: str | Path, encoder: Trans
     (``lf_pretrained_s<k>``, in ``out_dir/pretrained-s<k>``) and from a freshly initialised encoder of the
     same architecture and schema (``lf_scratch_s<k>``, in ``out_dir/scratch-s<k>``). Returns the trained
     models and the arms, ``{"lf_pretrained": [names], "lf_scratch": [names]}``, for the report's seeded
-    criterion 4 (``val_windows``: validation on a seeded sample, as :func:`finetune`'s)."""
+    criterion 4 (``val_windows``: validation on a seeded sample, as :func:`finetune`'s).
+
+    A run folder already in ``out_dir`` made by the same call (every run setting equal, from the same
+    encoder weights) is kept: loaded when finished, continued from its newest checkpoint when not; any
+    other is replaced. A rerun of a killed evaluation so trains only what was left."""
     label_customers([], label_fraction)  # validate before minutes of training
+    same_encoder = _same_encoder(out_dir, encoder)
     out, arms = {}, {"lf_pretrained": [], "lf_scratch": []}
     for k in seeds:
         torch.manual_seed(k)
         scratch = TransactionEncoder(TxnEncoderConfig(**encoder.config.encoder_dict()))
         for name, enc in (("pretrained", encoder), ("scratch", scratch)):
             folder = Path(out_dir, f"{name}-s{k}")
-            if list_checkpoints(folder / "checkpoints"):  # this report folder's earlier run: replaced
+            kw = dict(overrides=[*overrides, f"seed={k}"], keep_negative=keep_negative, seed=k, files=files,
+                      label_fraction=label_fraction, val_windows=val_windows)
+            resume = same_encoder and _same_run(folder, finetune_run_config(bank, folder, enc, **kw))
+            if folder.exists() and not resume:  # another command's run, or one killed before its first checkpoint
                 shutil.rmtree(folder)
-            trainer = finetune(bank, folder, enc, overrides=[*overrides, f"seed={k}"], keep_negative=keep_negative,
-                               seed=k, files=files, label_fraction=label_fraction, val_windows=val_windows)
+            trainer = finetune(bank, folder, enc, resume=resume, **kw)
             if exit_status(trainer.state.stop_reason):  # Ctrl-C or SIGTERM ends every arm, not only this one
                 raise interruption(trainer.state.stop_reason)
             out[f"lf_{name}_s{k}"] = trainer.model
