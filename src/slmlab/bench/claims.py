@@ -344,8 +344,9 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in [
         "the suite's definition of T2 (issue 33), after Zoology (arXiv:2312.04927) and H3 (arXiv:2212.14052): "
         "multi-query associative recall is what single-query recall was not, a task attention solves and "
         "gated convolutions fail",
-        "the CPU tier itself: ar:cpu (T 32, 6 pairs of 19 keys, no pair within 9 tokens of a query), 2,000 steps of "
-        "batch 64 at lr 3e-3; the other models of cpu-full's T2 group are one-seed readings (1,000 steps)",
+        "the CPU tier itself: ar:cpu (T 32, 6 pairs of 19 keys, no pair within 9 tokens of a query), batch 64 at lr "
+        "3e-3, each run ending on a validation plateau (patience 628 steps, 4 epochs) or the solved threshold under a "
+        "4,000-step ceiling; the other models of cpu-full's T2 group are one-seed readings under the same rule",
         f"attn2-z (Zoology's attention): its 95% interval (3 seeds x test examples) at or above {SOLVED}; shortconv4 "
         f"(receptive field {SHORT_CONV_WINDOW}): its interval's lower bound at or below 1/19, the accuracy of a model that "
         "reads no pair (AssociativeRecall.no_read_accuracy); a lower bound above it would mean the generator leaks",
