@@ -357,6 +357,6 @@ def _is_number(text: str) -> bool:
 
 
 def _save(fig, path: Path, written: list[Path]) -> None:
-    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.16, top=0.9, wspace=0.3)  # fixed: no layout solver
+    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.16, top=0.9, wspace=0.3, hspace=0.75)  # fixed: no layout solver
     fig.savefig(path, dpi=100, metadata={"Software": None})
     written.append(path)
