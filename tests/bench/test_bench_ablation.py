@@ -22,7 +22,7 @@ def test_the_ablation_has_defaults_single_switches_and_all_at_once():
 
     configs = rows()
     plans = tier_plans(TIER)
-    assert len(configs) == 15 and len(plans) == 45 and {p.seed for p in plans} == {0, 1, 2}
+    assert len(configs) == 16 and len(plans) == 48 and {p.seed for p in plans} == {0, 1, 2}
     assert all(p.model == "neollm-200k" and p.task == "ar:cpu" and p.patience == 1000 and p.max_steps == 4000
                for p in plans)
     assert configs[0] == {}
@@ -46,10 +46,37 @@ def test_the_ablation_model_is_neollm_fitted_at_200k_as_compare_fits_it():
     fitted = json.loads(kept.read_text())["models"]["neollm"]["overrides"]
     entry = MODELS["neollm-200k"]
     assert {k: entry.config[k] for k in fitted} == fitted
-    assert entry.config["use_spelling_bee_embeddings"] is False
+    assert "use_spelling_bee_embeddings" not in entry.config  # every default on, as the compare trained it
 
 
-@pytest.mark.parametrize("index", range(15))
+def test_the_ablation_defaults_row_is_the_model_the_compare_trained():
+    """Spelling Bee on a task is not inert: the compare's NeoLLM spells id k as byte k (its byte
+    table has 256 x 32 = 8,192 parameters), and the bench builds it the same way."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from slmlab.bench.models import build_model, count_parameters
+
+    kept = Path(__file__).resolve().parents[2] / "docs" / "results" / "compare-t2-200k" / "results.jsonl"
+    compare = next(json.loads(line) for line in kept.read_text().splitlines() if '"model": "neollm"' in line)
+    model = build_model("neollm-200k", 40, 32, {}, seed=0)
+    assert count_parameters(model) == (compare["params_total"], compare["params_nonembedding"]) == (200_862, 199_582)
+    bee = model.model.spelling_bee
+    assert bool(bee.table_ready) and bee.byte_len[:40].tolist() == [1] * 40
+    assert bee.byte_ids[:40, 0].tolist() == list(range(40))  # id k spells as byte k
+    off = build_model("neollm-200k", 40, 32, {"use_spelling_bee_embeddings": False}, seed=0)
+    assert count_parameters(model)[1] - count_parameters(off)[1] == 256 * 32
+    ids = torch.tensor([[3, 7, 11]])
+    with torch.no_grad():  # the byte table is a live part of every id's embedding: the switch is not inert
+        before = model.model.embed(ids).clone()
+        for p in bee.parameters():
+            p.add_(1.0)
+        assert (model.model.embed(ids) - before).abs().min() > 1e-3
+
+
+@pytest.mark.parametrize("index", range(16))
 def test_every_ablation_row_trains_at_toy_size(index, tmp_path):
     from slmlab.bench.run import run_one
 

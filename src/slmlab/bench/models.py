@@ -23,9 +23,10 @@ _PGSM_RD_CPU = dict(block_size=128, dim=24, layers=3, hidden=48, kernel_size=17,
                     init_std=0.1)
 # NeoLLM at its defaults but small; Spelling Bee off (it spells token ids as text bytes: task ids are no text)
 _NEOLLM_BENCH = dict(use_spelling_bee_embeddings=False)
-# NeoLLM's fit at 200k non-embedding parameters (docs/results/compare-t2-200k/fitted_configs.json; Spelling Bee is
-# inert on a task, which has no byte table, so it is off as in the other bench rows of NeoLLM).
-_NEOLLM_200K = dict(_NEOLLM_BENCH, tie_word_embeddings=True, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+# NeoLLM's fit at 200k non-embedding parameters (docs/results/compare-t2-200k/fitted_configs.json) with every default
+# on, Spelling Bee included, as `slmlab compare` trains it: a task's ids are labelled by the byte tokenizer, so id k
+# spells as the one byte k (build_model attaches that table), a second learned embedding of every id.
+_NEOLLM_200K = dict(tie_word_embeddings=True, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=8, intermediate_size=408, use_hadamard_o_proj=True,
                     iha_local_global_pattern="LLLG")
 _HYBRID = ["conv", "full_attention", "conv", "full_attention"]
@@ -88,7 +89,8 @@ MODELS: dict[str, ModelEntry] = {e.id: e for e in [
                None, (42_044, 25_660)),
     ModelEntry("neollm-200k", "neollm", dict(_NEOLLM_200K), "NeoLLM fitted to 200k non-embedding parameters as"
                " `slmlab compare` fits it (compare-t2-200k): hidden 32, 4 layers LLLG, 4/2 heads of 8, intermediate"
-               " 408, tied, Spelling Bee off (the recall ablation)", None, (192_670, 191_390), dict(vocab_size=40, T=32)),
+               " 408, tied, every default on (Spelling Bee spells id k as byte k, as in the compare; the recall ablation)",
+               None, (200_862, 199_582), dict(vocab_size=40, T=32)),
     ModelEntry("neollm-gpu", "neollm:neollm-small", dict(_NEOLLM_BENCH),
                "NeoLLM small preset (hidden 256, 6 layers), Spelling Bee off (the XSA claim at GPU scale)", None,
                (6_028_476, 5_897_404)),
@@ -161,14 +163,32 @@ def make_config(model_id: str, vocab_size: int, T: int, overrides: dict | None =
 
 
 def build_model(model_id: str, vocab_size: int, T: int, overrides: dict | None = None, seed: int = 0):
-    """A freshly initialised model (``torch.manual_seed(seed)`` first)."""
+    """A freshly initialised model (``torch.manual_seed(seed)`` first), with the tables a tokenizer fills
+    filled as ``slmlab train`` fills them on a task (:func:`label_task_ids`)."""
     config = make_config(model_id, vocab_size, T, overrides)
     torch.manual_seed(seed)
     if isinstance(config, ControlConfig):
         return ControlForCausalLM(config)
     from ..models.registry import get_family
 
-    return get_family(config.model_type).model_class(config)
+    return label_task_ids(get_family(config.model_type).model_class(config))
+
+
+def label_task_ids(model):
+    """``model`` with its tokenizer-derived tables filled from the byte tokenizer, which is what labels a
+    task's ids in ``slmlab train`` and ``slmlab compare`` (task ids are the task's own; id k reads as
+    the byte tokenizer's piece k). NeoLLM's Spelling Bee is such a table: on a task it spells id k as
+    one byte, a second learned embedding of each id, so a bench run of NeoLLM trains the model the
+    compare trains. A model without such a table, or on the meta device (a count, no data), is returned
+    as it is."""
+    if any(p.is_meta for p in model.parameters()) or not any(
+            callable(getattr(m, "set_byte_table", None)) for m in model.modules()):
+        return model
+    from ..data import get_tokenizer
+    from ..train.run import attach_tokenizer
+
+    attach_tokenizer(model, get_tokenizer("byte"))
+    return model
 
 
 def count_parameters(model) -> tuple[int, int]:
