@@ -167,3 +167,15 @@ def test_a_claim_verdict_line_carries_its_rows_convergence_word():
     row = {"acc": {"mean": 0.5, "values": [0.4, 0.5, 0.6]}, "ci": [0.4, 0.6], "best_lr": 1e-3, "steps": 100,
            "seeds": [0, 1, 2], "convergence": "not converged (1 of 3 seeds)"}
     assert _acc_text(row).endswith("100 steps of seed 0; not converged (1 of 3 seeds))")
+
+
+def test_a_long_panel_title_is_wrapped_at_its_commas_and_a_short_one_kept():
+    from slmlab.bench.plots import TITLE_WIDTH, wrapped_title
+
+    short = "ar:cpu | neollm-200k[use_xsa=False]"
+    assert wrapped_title(short) == short
+    switches = ",".join(f"switch_{i}=False" for i in range(20))
+    long = f"ar:cpu | neollm-200k[{switches}]"
+    lines = wrapped_title(long).split("\n")
+    assert len(lines) > 1 and all(len(line) <= TITLE_WIDTH for line in lines)
+    assert "".join(lines).replace(" ", "") == long.replace(" ", "")  # nothing lost, only spaces added

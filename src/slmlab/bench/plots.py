@@ -63,6 +63,17 @@ def make_plots(lines: list[dict], out_dir: str | Path) -> list[Path]:
 
 
 LEARNING_CURVES = "learning_curves.png"
+TITLE_WIDTH = 90  # characters of a panel title's line (an ablation row's key runs to ~330)
+
+
+def wrapped_title(title: str, width: int = TITLE_WIDTH) -> str:
+    """``title`` as is when it fits one line of ``width``, else broken after its commas into lines of at
+    most ``width`` (a key of many switches, which would run over the neighbouring panels)."""
+    if len(title) <= width:
+        return title
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title.replace(",", ", "), width))
 
 
 def learning_curves(plt, panels: list[tuple[str, str, list]], path: Path, written: list[Path], save=None) -> None:
@@ -81,7 +92,7 @@ def learning_curves(plt, panels: list[tuple[str, str, list]], path: Path, writte
             ax.set_ylim(-0.02, 1.02)
         ax.set_ylabel("validation accuracy" if acc else "validation loss", fontsize=7)
         ax.set_xlabel("step", fontsize=7)
-        ax.set_title(f"{title}\n{word}", fontsize=7)
+        ax.set_title(f"{wrapped_title(title)}\n{word}", fontsize=7)
         ax.tick_params(labelsize=6)
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(panels):]:
