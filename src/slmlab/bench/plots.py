@@ -18,6 +18,7 @@ the files written.
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -71,8 +72,6 @@ def wrapped_title(title: str, width: int = TITLE_WIDTH) -> str:
     most ``width`` (a key of many switches, which would run over the neighbouring panels)."""
     if len(title) <= width:
         return title
-    import textwrap
-
     return "\n".join(textwrap.wrap(title.replace(",", ", "), width))
 
 
