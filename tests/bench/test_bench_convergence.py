@@ -13,6 +13,7 @@ from slmlab.bench.convergence import (
     Judgement,
     PlateauStop,
     judge,
+    line_judgement,
     row_word,
     window,
 )
@@ -88,6 +89,28 @@ def test_a_row_is_converged_only_when_every_seed_is(words, expected):
     assert row_word([Judgement(w, "") for w in words]) == expected
 
 
+@pytest.mark.parametrize("seeds, expected", [
+    ([(CONVERGED, 0), (NOT_CONVERGED, 4000), (CONVERGED, 4000)], "not converged (1 of 3 seeds, at the 4,000-step ceiling)"),
+    ([(NOT_CONVERGED, 10)], "not converged (at the 10-step ceiling)"),
+    ([(NOT_CONVERGED, 4000), (NOT_CONVERGED, 0)], "not converged (2 of 2 seeds)"),  # one stopped short of it
+    ([(NOT_CONVERGED, 4000), (NOT_CONVERGED, 2000)], "not converged (2 of 2 seeds)"),  # no one ceiling to state
+    ([(CONVERGED, 4000), (CONVERGED, 4000)], CONVERGED),  # a converged row names no ceiling
+])
+def test_a_not_converged_row_states_the_ceiling_its_seeds_ran_to(seeds, expected):
+    assert row_word([Judgement(w, "", c) for w, c in seeds]) == expected
+
+
+def test_a_result_line_carries_its_ceiling_only_when_it_ran_to_it():
+    flat = [[s, 1.0, 0.5] for s in range(100, 1100, 100)]
+    rising = [[s, 1.0, s / 2000] for s in range(100, 1100, 100)]
+    ran_out = {"curve": rising, "steps": 1000, "max_steps": 1000, "patience": 300}
+    stopped = {"curve": flat, "steps": 1000, "max_steps": 4000, "patience": 300,
+               "stop": "validation plateau at step 1000 of 4000"}
+    assert line_judgement(ran_out) == Judgement(NOT_CONVERGED, line_judgement(ran_out).why, 1000)
+    assert line_judgement(stopped).ceiling == 0 and line_judgement(stopped).converged
+    assert line_judgement({"val_curve": rising, "steps": 1000, "max_steps": 1000}, "val_curve").ceiling == 1000
+
+
 # -- bench runs on tiny models -----------------------------------------------------------------
 
 TINY_TASK = "ar:cpu,T=16,n_train=64,n_test=32"
@@ -126,7 +149,7 @@ def test_a_short_bench_run_is_not_converged_on_its_row(tmp_path, capsys):
     assert cli.main(["bench", "run", "--tier", str(tier), "--out", str(out), "--threads", "1"]) == 0
     assert cli.main(["bench", "report", str(out), "--write"]) == 0
     row = next(x for x in (out / "report.md").read_text().splitlines() if "attn2-z" in x)
-    assert row.endswith("  not converged"), row
+    assert row.endswith("  not converged (at the 10-step ceiling)"), row
 
 
 # -- compare runs on tiny models ---------------------------------------------------------------
@@ -147,7 +170,7 @@ def test_a_ten_step_compare_writes_not_converged_on_its_rows(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert _compare(out, "--steps", "10", "--lrs", "3e-3") == 0
     summary = (out / "summary.md").read_text()
-    assert _row(summary, "lumen")[4] == "not converged"
+    assert _row(summary, "lumen")[4] == "not converged (at the 10-step ceiling)"
     assert "a ceiling of 10 steps, stopping on a validation plateau of 200 steps" in summary
     assert "![learning_curves](learning_curves.png)" in summary and (out / "learning_curves.png").is_file()
     assert "not converged  steps 10 of 10" in capsys.readouterr().out

@@ -11,7 +11,9 @@ more than :data:`ACC_TOL` (absolute) or its best validation loss fell by more th
   ``early_stop_acc``, :data:`slmlab.bench.suite.EARLY_STOP_ACC` by default: nothing left to gain), or
   when it is not still improving;
 * **not converged** when it is still improving, or when it is shorter than ``W`` (no evaluation at or
-  before ``last - W``: it cannot show a plateau);
+  before ``last - W``: it cannot show a plateau); a row whose not-converged seeds all ran to their step
+  ceiling says so (``not converged (1 of 3 seeds, at the 4,000-step ceiling)``): the ceiling is the
+  limit of that reading, stated on the row;
 * **convergence unknown (run before the rule)** when its result line has no curve (written before the
   rule existed).
 
@@ -21,7 +23,7 @@ P steps (:class:`PlateauStop`); ``max_steps`` stays the ceiling, and the clock d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ACC_TOL = 0.01  # a gain of best validation accuracy above this (absolute) is still improving
@@ -35,11 +37,13 @@ QUARTER = 4  # without a patience, the window is max_steps // QUARTER
 
 @dataclass(frozen=True)
 class Judgement:
-    """The rule's reading of one run: ``word`` (:data:`CONVERGED`, :data:`NOT_CONVERGED` or :data:`UNKNOWN`)
-    and ``why`` (the numbers behind it)."""
+    """The rule's reading of one run: ``word`` (:data:`CONVERGED`, :data:`NOT_CONVERGED` or :data:`UNKNOWN`),
+    ``why`` (the numbers behind it) and ``ceiling``: the run's ``max_steps`` when it ran all of them (0 when it
+    stopped before its ceiling, or the ceiling is not known)."""
 
     word: str
     why: str
+    ceiling: int = 0
 
     @property
     def converged(self) -> bool:
@@ -130,13 +134,18 @@ def stopped_on_plateau(stop_reason: str) -> bool:
 
 def row_word(judgements: list[Judgement]) -> str:
     """The word of a row over its seeds: unknown if any seed is, converged if every seed is, otherwise
-    ``not converged (k of n seeds)``."""
+    ``not converged (k of n seeds)``, with ``at the N-step ceiling`` added when every seed that is not
+    converged ran to the same ceiling ``N`` (the limit of the row's reading)."""
     if not judgements or any(j.word == UNKNOWN for j in judgements):
         return UNKNOWN
-    still = sum(not j.converged for j in judgements)
+    still = [j for j in judgements if not j.converged]
     if not still:
         return CONVERGED
-    return NOT_CONVERGED if len(judgements) == 1 else f"{NOT_CONVERGED} ({still} of {len(judgements)} seeds)"
+    notes = [] if len(judgements) == 1 else [f"{len(still)} of {len(judgements)} seeds"]
+    ceilings = {j.ceiling for j in still}
+    if len(ceilings) == 1 and min(ceilings) > 0:
+        notes.append(f"at the {min(ceilings):,}-step ceiling")
+    return f"{NOT_CONVERGED} ({', '.join(notes)})" if notes else NOT_CONVERGED
 
 
 def line_judgement(line: dict, curve_key: str = "curve") -> Judgement:
@@ -144,4 +153,8 @@ def line_judgement(line: dict, curve_key: str = "curve") -> Judgement:
     ``patience`` and ``max_steps``, and whether it stopped on the solved threshold."""
     stop = str(line.get("stop") or line.get("stop_reason") or "")
     solved = stop.startswith(("early stop", "validation accuracy"))
-    return judge(line.get(curve_key), window(line.get("patience") or 0, line.get("max_steps") or 0), solved)
+    max_steps = int(line.get("max_steps") or 0)
+    judgement = judge(line.get(curve_key), window(line.get("patience") or 0, max_steps), solved)
+    if max_steps and int(line.get("steps") or 0) >= max_steps:
+        return replace(judgement, ceiling=max_steps)
+    return judgement
