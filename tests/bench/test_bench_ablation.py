@@ -1,5 +1,5 @@
 """The NeoLLM recall ablation tier (issue 45.3): its rows are NeoLLM's defaults, each default switched to its
-plain twin once, and all at once; every row builds and trains at toy size."""
+plain twin once, all at once, and all at once but Spelling Bee; every row builds and trains at toy size."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_the_ablation_has_defaults_single_switches_and_all_at_once():
 
     configs = rows()
     plans = tier_plans(TIER)
-    assert len(configs) == 16 and len(plans) == 48 and {p.seed for p in plans} == {0, 1, 2}
+    assert len(configs) == 17 and len(plans) == 51 and {p.seed for p in plans} == {0, 1, 2}
     assert all(p.model == "neollm-200k" and p.task == "ar:cpu" and p.patience == 1000 and p.max_steps == 4000
                for p in plans)
     assert configs[0] == {}
@@ -30,9 +30,11 @@ def test_the_ablation_has_defaults_single_switches_and_all_at_once():
     for config in configs[1:]:
         changed = {k for k, v in config.items() if getattr(defaults, k) != v}
         assert changed == set(config), f"{config}: a switch that is already the default"
-    singles = configs[1:-1]
+    singles = configs[1:-2]
     union = {k: v for c in singles if "iha_local_global_pattern" not in c for k, v in c.items()}
-    assert configs[-1] == union  # all at once: every plain twin together
+    assert configs[-2] == union  # all at once: every plain twin together
+    spelling = "use_spelling_bee_embeddings"
+    assert spelling in union and configs[-1] == {k: v for k, v in union.items() if k != spelling}  # ... but Spelling Bee
     assert len({tuple(sorted(c)) for c in singles}) == len(singles)  # each switch once
 
 
@@ -76,7 +78,7 @@ def test_the_ablation_defaults_row_is_the_model_the_compare_trained():
         assert (model.model.embed(ids) - before).abs().min() > 1e-3
 
 
-@pytest.mark.parametrize("index", range(16))
+@pytest.mark.parametrize("index", range(17))
 def test_every_ablation_row_trains_at_toy_size(index, tmp_path):
     from slmlab.bench.run import run_one
 
