@@ -187,7 +187,8 @@ def decide_acceptance(rows: list[dict]) -> Verdict:
 
 def decide_r1_t1(rows: list[dict]) -> Verdict:
     """R1 on T1 (64, 4) alone, as :func:`decide_acceptance` reads it: attn2-z's interval at or above
-    :data:`R1_SOLVED` (the claim-r1-t1-budget tier runs it at 3,130 steps, twice cpu-full's first fixed budget)."""
+    :data:`R1_SOLVED` (the claim-r1-t1-budget tier runs it at 3,130 steps, twice cpu-full's first fixed
+    budget)."""
     words: list[str] = []
     lines: list[str] = []
     _r1_t1(rows, words, lines)
@@ -319,9 +320,10 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in [
     ),
     Claim(
         "r1-t1-budget", "claim-r1-t1-budget",
-        f"R1 on T1 (64, 4) holds at 3,130 steps, twice cpu-full's first budget: attention (attn2-z) reaches >= {R1_SOLVED}",
-        "the benchmark spec's R1 (attention solves T1 (64, 4)); in cpu-full's first version, at 1,565 steps, attn2-z solved it at "
-        "seeds 1 and 2 and stayed on a plateau at seed 0: a short budget or a model that cannot",
+        f"R1 on T1 (64, 4) holds at 3,130 steps, twice cpu-full's first budget: attention (attn2-z) reaches >= "
+        f"{R1_SOLVED}",
+        "the benchmark spec's R1 (attention solves T1 (64, 4)); in cpu-full's first version, at 1,565 steps, attn2-z "
+        "solved it at seeds 1 and 2 and stayed on a plateau at seed 0: a short budget or a model that cannot",
         "cpu-full's T1 (64, 4) group for attn2-z (20,000 rows, batch 64, lr 1e-3 and 3e-3 chosen on validation) at "
         "3,130 steps, 10 epochs; a solved run early-stops",
         f"attn2-z's interval (3 seeds x test examples) at or above {R1_SOLVED} (holds), entirely below (refuted)",
