@@ -1,6 +1,6 @@
 """The NeoLLM recall ablation tier (issue 45.3): its rows are NeoLLM's defaults, each default switched to its
-plain twin once, all at once, all at once but Spelling Bee, and all at once with the output head untied; every row
-builds and trains at toy size."""
+plain twin once, all at once, all at once but Spelling Bee, all at once with the output head untied, and the
+defaults with the head untied (NeoLLM's own default; the compare ties it); every row builds and trains at toy size."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_the_ablation_has_defaults_single_switches_and_all_at_once():
 
     configs = rows()
     plans = tier_plans(TIER)
-    assert len(configs) == 18 and len(plans) == 54 and {p.seed for p in plans} == {0, 1, 2}
+    assert len(configs) == 19 and len(plans) == 57 and {p.seed for p in plans} == {0, 1, 2}
     assert all(p.model == "neollm-200k" and p.task == "ar:cpu" and p.patience == 1000 and p.max_steps == 4000
                for p in plans)
     assert configs[0] == {}
@@ -32,12 +32,13 @@ def test_the_ablation_has_defaults_single_switches_and_all_at_once():
     for config in configs[1:]:
         changed = {k for k, v in config.items() if getattr(built, k) != v}
         assert changed == set(config), f"{config}: a switch that is already the default"
-    singles = configs[1:-3]
+    singles = configs[1:-4]
     union = {k: v for c in singles if "iha_local_global_pattern" not in c for k, v in c.items()}
-    assert configs[-3] == union  # all at once: every plain twin together
+    assert configs[-4] == union  # all at once: every plain twin together
     spelling = "use_spelling_bee_embeddings"
-    assert spelling in union and configs[-2] == {k: v for k, v in union.items() if k != spelling}  # ... but Spelling Bee
-    assert built.tie_word_embeddings and configs[-1] == {**union, "tie_word_embeddings": False}  # ... head untied
+    assert spelling in union and configs[-3] == {k: v for k, v in union.items() if k != spelling}  # ... but Spelling Bee
+    assert built.tie_word_embeddings and configs[-2] == {**union, "tie_word_embeddings": False}  # ... head untied
+    assert configs[-1] == {"tie_word_embeddings": False} and not NeoLLMConfig().tie_word_embeddings  # defaults, untied
     assert len({tuple(sorted(c)) for c in singles}) == len(singles)  # each switch once
 
 
@@ -81,7 +82,7 @@ def test_the_ablation_defaults_row_is_the_model_the_compare_trained():
         assert (model.model.embed(ids) - before).abs().min() > 1e-3
 
 
-@pytest.mark.parametrize("index", range(18))
+@pytest.mark.parametrize("index", range(19))
 def test_every_ablation_row_trains_at_toy_size(index, tmp_path):
     from slmlab.bench.run import run_one
 
