@@ -78,6 +78,28 @@ def test_the_plateau_stop_fires_when_the_rule_reads_converged():
     assert PlateauStop(patience=0, max_steps=10).observe(10, {"loss": 1.0}) == ""
 
 
+# attn2-rope on the multi-query T2 (ar:cpu, lr 3e-3, seed 2, no plateau stop): validation [step, loss, acc] every
+# 157 steps; the loss sits at 1.81 from step 628 to 1,727 on the 1/6 plateau, then the model solves the task
+ROPE_T2_SEED2 = [[157, 2.26151, 0.169], [314, 1.89307, 0.16567], [471, 1.83556, 0.16483], [628, 1.81186, 0.15767],
+                 [785, 1.81072, 0.17133], [942, 1.80688, 0.17017], [1099, 1.80644, 0.16667],
+                 [1256, 1.80756, 0.169], [1413, 1.81542, 0.17267], [1570, 1.80844, 0.166],
+                 [1727, 1.81036, 0.18767], [1884, 0.00463, 0.999]]
+
+
+def _first_plateau_stop(curve, patience):
+    stop = PlateauStop(patience=patience, max_steps=4000)
+    return next((step for step, loss, acc in curve if stop.observe(step, {"loss": loss, "acc": acc})), None)
+
+
+def test_the_t2_tiers_patience_outlasts_the_plateau_attention_leaves():
+    from slmlab.bench.tier_file import tier_plans
+
+    assert _first_plateau_stop(ROPE_T2_SEED2, 628) == 1256  # four evaluations: stopped at 0.169, called converged
+    assert _first_plateau_stop(ROPE_T2_SEED2, 2000) is None  # it runs on and solves T2 at step 1,884
+    for tier in ("cpu-full", "claim-t2-separation"):
+        assert {p.patience for p in tier_plans(tier) if p.task == "ar:cpu"} == {2000}, tier
+
+
 @pytest.mark.parametrize("words, expected", [
     ([CONVERGED, CONVERGED], CONVERGED),
     ([CONVERGED, NOT_CONVERGED, NOT_CONVERGED], "not converged (2 of 3 seeds)"),
