@@ -100,6 +100,17 @@ def test_the_t2_tiers_patience_outlasts_the_plateau_attention_leaves():
         assert {p.patience for p in tier_plans(tier) if p.task == "ar:cpu"} == {2000}, tier
 
 
+def test_compare_waits_half_its_ceiling_and_at_least_the_measured_plateau():
+    from slmlab.bench.compare import MIN_PATIENCE, CompareSettings
+
+    def plateau(steps, patience=None):
+        return CompareSettings(("lumen",), 1, ("x",), steps=steps, patience=patience).plateau
+
+    assert (plateau(2000), plateau(4000), plateau(10), plateau(4000, 300), plateau(4000, 0)) == (1500, 2000, 1500, 300, 0)
+    assert MIN_PATIENCE > 1727 - 314  # the flat stretch of ROPE_T2_SEED2
+    assert _first_plateau_stop(ROPE_T2_SEED2, plateau(4000)) is None
+
+
 @pytest.mark.parametrize("words, expected", [
     ([CONVERGED, CONVERGED], CONVERGED),
     ([CONVERGED, NOT_CONVERGED, NOT_CONVERGED], "not converged (2 of 3 seeds)"),
@@ -193,7 +204,7 @@ def test_a_ten_step_compare_writes_not_converged_on_its_rows(tmp_path, capsys):
     assert _compare(out, "--steps", "10", "--lrs", "3e-3") == 0
     summary = (out / "summary.md").read_text()
     assert _row(summary, "lumen")[4] == "not converged (at the 10-step ceiling)"
-    assert "a ceiling of 10 steps, stopping on a validation plateau of 200 steps" in summary
+    assert "a ceiling of 10 steps, stopping on a validation plateau of 1500 steps" in summary  # the default's floor
     assert "![learning_curves](learning_curves.png)" in summary and (out / "learning_curves.png").is_file()
     assert "not converged  steps 10 of 10" in capsys.readouterr().out
 

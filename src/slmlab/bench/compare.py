@@ -97,6 +97,12 @@ def parse_fixed(items: list[str]) -> dict[str, dict]:
     return fixed
 
 
+# The default patience's floor: attention on the multi-query T2 sat on its 1/6 plateau with a flat validation loss
+# for 1,413 steps before it solved the task (docs/bench.md, Convergence); a patience of a few evaluations calls
+# such a plateau converged.
+MIN_PATIENCE = 1500
+
+
 @dataclass(frozen=True)
 class CompareSettings:
     """What one comparison runs (every family gets the same).
@@ -108,7 +114,8 @@ class CompareSettings:
         steps / batch_size / lrs / seeds: the shared step ceiling, batch and grid (the lr chosen on
             validation is reported; three seeds by default, what a claim needs).
         patience: a run stops at the first evaluation after which ``patience`` steps brought no
-            validation gain over the convergence rule's tolerances (0: every run trains ``steps``).
+            validation gain over the convergence rule's tolerances (0: every run trains ``steps``; None:
+            :attr:`plateau`, half of ``steps`` and at least :data:`MIN_PATIENCE`).
         block_size: sequence length on text (tasks fix their own).
         eval_every: validation cadence in steps (0: four evaluations per patience window, or per run
             without a patience).
@@ -124,7 +131,7 @@ class CompareSettings:
     budget: int
     data: tuple[str, ...]
     steps: int = 2000
-    patience: int = 200
+    patience: int | None = None
     batch_size: int = 32
     lrs: tuple[float, ...] = (1e-3, 3e-3)
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -160,7 +167,7 @@ class CompareSettings:
                 raise ValueError(f"{name} must be a positive integer, got {value}")
         if self.eval_batches < 0:
             raise ValueError(f"--eval-batches must be >= 0 (0: the whole validation split), got {self.eval_batches}")
-        if self.patience < 0:
+        if self.patience is not None and self.patience < 0:
             raise ValueError(f"--patience must be >= 0 steps (0: no plateau stop), got {self.patience}")
         if self.eval_every < 0:
             raise ValueError(f"--eval-every must be >= 0 (0: four evaluations per run), got {self.eval_every}")
@@ -174,7 +181,13 @@ class CompareSettings:
 
     @property
     def cadence(self) -> int:
-        return self.eval_every or max(1, min(self.steps, self.patience or self.steps) // 4)
+        return self.eval_every or max(1, min(self.steps, self.plateau or self.steps) // 4)
+
+    @property
+    def plateau(self) -> int:
+        """The patience runs stop on: ``patience``, or when it is None half the step ceiling and at least
+        :data:`MIN_PATIENCE` (a shorter run is then never plateau-stopped and reads "not converged")."""
+        return max(self.steps // 2, MIN_PATIENCE) if self.patience is None else self.patience
 
 
 # -- fitting and checks ------------------------------------------------------------------------
@@ -290,7 +303,7 @@ class ComparePlan:
         return (f"{self.data}|{self.model}|lr={self.lr:g}|seed={self.seed}|b={settings.batch_size}"
                 f"|steps={settings.steps}|block={settings.block_size if not self.synthetic else '-'}"
                 f"|val={settings.eval_batches if not self.synthetic else '-'}"
-                f"|eval={settings.cadence}|patience={settings.patience}|{config}")
+                f"|eval={settings.cadence}|patience={settings.plateau}|{config}")
 
     def folder(self, settings: CompareSettings) -> str:
         digest = hashlib.sha1(self.key(settings).encode()).hexdigest()[:8]
@@ -360,7 +373,7 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
     cfg = run_config(settings, plan, run_dir)
     with contextlib.redirect_stdout(io.StringIO()), quiet_hf_progress():
         trainer = build_trainer(cfg)
-        attach(trainer, settings.patience)
+        attach(trainer, settings.plateau)
         t0 = time.perf_counter()
         try:
             state = trainer.train()
@@ -389,7 +402,7 @@ def run_one(settings: CompareSettings, plan: ComparePlan, out: Path) -> tuple[di
         record.update(val_loss=final.get("loss"), bits_per_byte=final.get("bits_per_byte"),
                       val_tokens=final.get("tokens"), val_scope=scope)
     record["curve"] = _curve(run_dir, state)
-    record.update(patience=settings.patience, val_curve=read_curve(run_dir))
+    record.update(patience=settings.plateau, val_curve=read_curve(run_dir))
     t1 = time.perf_counter()
     record.update(measure(model, trainer.source.seq_len if plan.synthetic else settings.block_size))
     measuring = time.perf_counter() - t1
@@ -581,7 +594,7 @@ def finished(line: dict) -> bool:
 
 def _settings_record(settings: CompareSettings) -> dict:
     return {"models": list(settings.models), "data": list(settings.data), "steps": settings.steps,
-            "patience": settings.patience,
+            "patience": settings.plateau,
             "batch_size": settings.batch_size, "lrs": list(settings.lrs), "seeds": list(settings.seeds),
             "block_size": settings.block_size, "eval_every": settings.cadence,
             "eval_batches": settings.eval_batches, "untied": settings.untied,

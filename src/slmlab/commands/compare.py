@@ -30,8 +30,9 @@ def compare_command(argv: list[str]) -> int:
     p.add_argument("--data", default="", help="comma-separated text corpora (e.g. shakespeare)")
     p.add_argument("--tasks", default="", help="comma-separated task specs (e.g. mqar:cpu,t7:cpu,n_train=512)")
     p.add_argument("--steps", type=int, default=2000, help="step ceiling per run (default: 2000)")
-    p.add_argument("--patience", type=int, default=200,
-                   help="stop a run after this many steps without a validation gain (0: run to --steps; default: 200)")
+    p.add_argument("--patience", type=int, default=None,
+                   help="stop a run after this many steps without a validation gain (0: run to --steps;"
+                        " default: half of --steps, at least 1,500)")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: 32)")
     p.add_argument("--block-size", type=int, default=128, help="sequence length on text data (default: 128)")
     p.add_argument("--lrs", default="1e-3,3e-3",
