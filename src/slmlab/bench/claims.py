@@ -347,7 +347,7 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in [
         "multi-query associative recall is what single-query recall was not, a task attention solves and "
         "gated convolutions fail",
         "the CPU tier itself: ar:cpu (T 32, 6 pairs of 19 keys, no pair within 9 tokens of a query), batch 64 at lr "
-        "3e-3, each run ending on a validation plateau (patience 628 steps, 4 epochs) or the solved threshold under a "
+        "3e-3, each run ending on a validation plateau (patience 2,000 steps) or the solved threshold under a "
         "4,000-step ceiling; the other models of cpu-full's T2 group are one-seed readings under the same rule",
         f"attn2-z (Zoology's attention): its 95% interval (3 seeds x test examples) at or above {SOLVED}; shortconv4 "
         f"(receptive field {SHORT_CONV_WINDOW}): its interval's lower bound at or below 1/19, the accuracy of a model that "
