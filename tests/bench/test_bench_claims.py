@@ -296,3 +296,16 @@ def test_r1_t1_claim_trains_to_a_plateau_without_the_early_stop():
     assert sorted({(p.lr, p.seed, p.batch_size, p.eval_every) for p in plans}) == sorted(
         {(p.lr, p.seed, p.batch_size, p.eval_every) for p in full})
     assert {(p.early_stop_acc, p.patience, p.max_steps) for p in plans} == {(0, 1252, 6260)}
+
+
+def test_a_rerun_under_another_budget_replaces_the_earlier_line_and_a_seed_counts_once():
+    from slmlab.bench.pages import results_page
+
+    first = [line(seed=s, acc=0.2, val=0.2, key=f"attn2-z|{s}|patience=1000") for s in (0, 1, 2)]
+    rerun = line(seed=0, acc=0.9, val=0.9, key="attn2-z|0|patience=2000")
+    (row,) = best_of_lr([*first, rerun])
+    assert row["acc"]["n"] == 3 and row["acc"]["values"] == [0.9, 0.2, 0.2]  # seed 0 once: its later line
+    assert row["acc"]["mean"] == pytest.approx(1.3 / 3)
+    page = results_page([*first, rerun], "x")
+    assert "(4 lines; tier x; 3 of 3 runs complete; 1 earlier lines replaced by a later run" in page
+    assert "replaced" not in results_page(first, "x")  # a page without reruns reads as it did

@@ -339,3 +339,13 @@ def test_a_non_finite_value_in_a_result_line_is_written_as_the_outputs_module_wr
     assert line["val_curve"] == [[1, None, 0.25], [2, 1.5, 0.5]] and line["decode_tokens_per_s"] is None
     assert line["acc"] == 0.5 and line["steps"] == 3
     assert text == dumps_finite(line)  # byte for byte what the outputs module writes
+
+
+def test_the_report_reads_the_last_line_of_each_run_so_a_seed_counts_once():
+    from slmlab.bench.compare_report import latest_runs
+
+    lines = [{"data": "d", "model": "m", "lr": 1e-3, "seed": 0, "key": "p1000|0"},
+             {"data": "d", "model": "m", "lr": 1e-3, "seed": 1, "key": "p1000|1"},
+             {"data": "d", "model": "m", "lr": 3e-3, "seed": 0, "key": "p1000|lr"},
+             {"data": "d", "model": "m", "lr": 1e-3, "seed": 0, "key": "p2000|0"}]
+    assert latest_runs(lines) == [lines[1], lines[2], lines[3]]

@@ -126,9 +126,10 @@ def _first(lines: list[dict], model: str) -> dict | None:
     return next((x for x in lines if x["model"] == model and x.get("status") == "ok"), None)
 
 
-def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
+def summary_markdown(lines: list[dict], plots: list[str] = (), replaced: int = 0) -> str:
     """``summary.md``: settings, the fitted models with their memory, one table per data, and links
-    to ``plots`` (PNG file names in the same folder)."""
+    to ``plots`` (PNG file names in the same folder); ``replaced``: earlier lines a later run of the same
+    data, model, lr and seed replaced (:func:`latest_runs`), stated when there are any."""
     if not lines:
         return "# slmlab compare\n\nNo runs recorded.\n"
     settings = lines[-1].get("settings", {})
@@ -143,7 +144,9 @@ def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
         f" {'untied' if settings.get('untied') else 'tied'}; the same data, {_budget_text(settings)}, batch"
         f" {settings.get('batch_size')}, lr grid {', '.join(f'{lr:g}' for lr in settings.get('lrs', []))}, seeds"
         f" {', '.join(map(str, settings.get('seeds', [])))}; evaluations every {settings.get('eval_every')} steps."
-        f" Each row is the lr chosen on validation (seeds' mean), with its seeds' mean and per-seed values.",
+        f" Each row is the lr chosen on validation (seeds' mean), with its seeds' mean and per-seed values."
+        + (f" {replaced} earlier lines in results.jsonl were replaced by a later run of the same data, model, lr"
+           " and seed under other settings; only the later ones are read here." if replaced else ""),
         f"Measured with torch {env.get('torch', '?')} on {settings.get('device', '?')} ({env.get('dtype', '?')}"
         " weights).",
         "",
@@ -256,6 +259,18 @@ def fitted_configs(lines: list[dict]) -> dict:
             "models": out}
 
 
+def latest_runs(lines: list[dict]) -> list[dict]:
+    """One line per run (data, model, lr, seed), the last one written: a rerun of the comparison under another
+    budget (a longer patience, more steps) into the same folder replaces the earlier lines in the report, so a
+    seed is never counted twice; the earlier lines stay in ``results.jsonl``."""
+    by_run: dict[tuple, dict] = {}
+    for line in lines:
+        run = (line.get("data"), line.get("model"), line.get("lr"), line.get("seed"))
+        by_run.pop(run, None)
+        by_run[run] = line
+    return list(by_run.values())
+
+
 def write_report(lines: list[dict], out_dir: str | Path) -> list[Path]:
     """Write ``summary.md``, ``fitted_configs.json`` and the PNGs into ``out_dir``; returns the files."""
     out = Path(out_dir)
@@ -265,10 +280,11 @@ def write_report(lines: list[dict], out_dir: str | Path) -> list[Path]:
     missing = matplotlib_missing()
     if missing:
         print(f"slmlab compare: plots not written: {missing}")
-    plots = [] if missing else make_plots(lines, out)
+    runs = latest_runs(lines)
+    plots = [] if missing else make_plots(runs, out)
     summary, configs = out / "summary.md", out / "fitted_configs.json"
-    summary.write_text(summary_markdown(lines, [p.name for p in plots]))
-    configs.write_text(dumps_finite(fitted_configs(lines), indent=2) + "\n")
+    summary.write_text(summary_markdown(runs, [p.name for p in plots], replaced=len(lines) - len(runs)))
+    configs.write_text(dumps_finite(fitted_configs(runs), indent=2) + "\n")
     return [summary, configs, *plots]
 
 

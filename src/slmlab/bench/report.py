@@ -47,13 +47,21 @@ def finished(line: dict) -> bool:
     return status(line) in ("complete", "diverged")
 
 
+def run_identity(line: dict) -> tuple:
+    """What a line is a run of: its configuration (:data:`CONFIG_KEYS`), lr and seed; the budget is not part of it."""
+    return (*(config_text(line.get(k)) if k == "model_config" else line.get(k) for k in CONFIG_KEYS),
+            line.get("lr"), line.get("seed"))
+
+
 def latest(lines: list[dict]) -> list[dict]:
-    """One line per key, the last one written (a redone run replaces its incomplete attempt)."""
-    by_key: dict[str, dict] = {}
+    """One line per run (:func:`run_identity`), the last one written: a redone run replaces its incomplete
+    attempt, and a rerun under another budget (a longer patience, more steps) replaces the earlier line in
+    every table and plot, so one seed is never counted twice; the earlier line stays in ``results.jsonl``."""
+    by_run: dict[tuple, dict] = {}
     for line in lines:
-        by_key.pop(line.get("key"), None)
-        by_key[line.get("key")] = line
-    return list(by_key.values())
+        by_run.pop(run_identity(line), None)
+        by_run[run_identity(line)] = line
+    return list(by_run.values())
 
 
 def best_of_lr(lines: list[dict]) -> list[dict]:
