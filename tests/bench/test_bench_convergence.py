@@ -235,3 +235,112 @@ def test_a_long_panel_title_is_wrapped_at_its_commas_and_a_short_one_kept():
     lines = wrapped_title(long).split("\n")
     assert len(lines) > 1 and all(len(line) <= TITLE_WIDTH for line in lines)
     assert "".join(lines).replace(" ", "") == long.replace(" ", "")  # nothing lost, only spaces added
+
+
+# -- a longer patience: carrying the runs it would not have stopped -------------------------------
+
+
+def test_the_rule_is_monotone_in_its_window():
+    """What carrying rests on: a plateau over W steps is a plateau over any shorter window, so a longer
+    patience never stops a run sooner than a shorter one did, nor where the shorter one did not."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        points, loss, acc = [], 3.0, 0.05
+        for step in range(25, 2025, 25):
+            loss *= 1 - max(0.0, rng.gauss(0.002, 0.01))
+            acc = min(1.0, acc + max(0.0, rng.gauss(0.0, 0.01)) * (rng.random() < 0.3))
+            points.append([step, round(loss, 5), round(acc, 5)])
+        short, long_ = sorted(rng.sample(range(25, 1500, 25), 2))
+        for end in range(1, len(points) + 1):
+            if judge(points[:end], long_).converged:
+                assert judge(points[:end], short).converged
+        first = {w: _first_plateau_stop(points, w) for w in (short, long_)}
+        if first[long_] is not None:
+            assert first[short] is not None and first[short] <= first[long_]
+
+
+@pytest.mark.parametrize("line, patience, expected", [
+    ({"patience": 1000, "stop_reason": "max_steps reached"}, 2000, True),
+    ({"patience": 1000, "stop_reason": "validation accuracy 0.9930 > 0.99"}, 2000, True),
+    ({"patience": 1000, "stop_reason": "max_steps reached"}, 0, True),  # 0: no plateau stop, the longest
+    ({"patience": 1000, "stop_reason": "validation plateau at step 3500 of 4000: ..."}, 2000, False),
+    ({"patience": 2000, "stop_reason": "max_steps reached"}, 1000, False),  # shorter: it may stop sooner
+    ({"patience": 0, "stop_reason": "max_steps reached"}, 2000, False),  # ran without a stop: one may fire
+    ({"stop_reason": "max_steps reached"}, 2000, False),
+    ({"patience": 1000, "stop_reason": "max_steps reached"}, 1000, False),  # the same key: nothing to carry
+])
+def test_a_run_carries_to_a_longer_patience_only_when_the_plateau_did_not_stop_it(line, patience, expected):
+    from slmlab.bench.convergence import carries_to
+
+    assert carries_to(line, patience) is expected
+
+
+def _two_run_tier(path, patience: int):
+    """lr 1e-9: a plateau from the start (stopped at step 6 under patience 4); lr 3e-3: runs to its ceiling."""
+    path.write_text(f"tier: tiny\ngroups:\n  - {{tasks: ['{TINY_TASK}'], models: [attn2-z], lrs: [1.0e-9, 3.0e-3],"
+                    f" seeds: [0], batch_size: 8, max_steps: 12, eval_every: 2, patience: {patience}}}\n")
+    return path
+
+
+def test_a_longer_patience_carries_the_runs_it_would_not_stop_and_retrains_the_rest(tmp_path, capsys):
+    from slmlab import cli
+    from slmlab.bench.run import read_results
+
+    out = tmp_path / "bench"
+    assert cli.main(["bench", "run", "--tier", str(_two_run_tier(tmp_path / "p4.yaml", 4)), "--out", str(out),
+                     "--threads", "1"]) == 0
+    first = {line["lr"]: line for line in read_results(out)}
+    assert first[1e-9]["steps"] == 6 and first[3e-3]["steps"] == 12  # a plateau stop; the ceiling
+    capsys.readouterr()
+    assert cli.main(["bench", "run", "--tier", str(_two_run_tier(tmp_path / "p8.yaml", 8)), "--out", str(out),
+                     "--threads", "1"]) == 0
+    assert "1 of 2 runs carried over from a shorter patience" in capsys.readouterr().out
+    lines = read_results(out)
+    assert len(lines) == 4
+    carried, rerun = lines[2], lines[3]
+    assert carried["lr"] == 3e-3 and carried["carried_from"] == first[3e-3]["key"]
+    assert carried["patience"] == 8 and carried["key"].endswith("|patience=8")
+    assert rerun["lr"] == 1e-9 and "carried_from" not in rerun and rerun["steps"] == 10  # trained again, longer
+    # the carried line is the run a patience of 8 makes: trained afresh, the same steps, curve and scores
+    fresh_out = tmp_path / "fresh"
+    tier = tmp_path / "fresh.yaml"
+    tier.write_text(_two_run_tier(tmp_path / "x.yaml", 8).read_text().replace("lrs: [1.0e-9, 3.0e-3]", "lrs: [3.0e-3]"))
+    assert cli.main(["bench", "run", "--tier", str(tier), "--out", str(fresh_out), "--threads", "1"]) == 0
+    (fresh,) = read_results(fresh_out)
+    for field in ("key", "steps", "curve", "acc", "ci", "best_step", "best_val_acc", "stop", "patience"):
+        assert carried[field] == fresh[field], field
+    # the page reads one line per run: the later one, each seed once
+    assert cli.main(["bench", "report", str(out), "--write"]) == 0
+    page = (out / "report.md").read_text()
+    assert "2 of 2 runs complete; 2 earlier lines replaced by a later run" in page
+    from slmlab.bench.report import best_of_lr
+
+    (row,) = best_of_lr(lines)
+    assert row["by_lr"]["1e-09"]["n"] == 1 and row["by_lr"]["0.003"]["n"] == 1
+    assert {x["patience"] for x in row["lines"]} == {8}
+
+
+def test_a_compare_rerun_with_a_longer_patience_carries_its_unstopped_runs(tmp_path, capsys):
+    from slmlab.bench.compare import read_lines
+
+    out = tmp_path / "cmp"
+    assert _compare(out, "--steps", "10", "--patience", "4", "--eval-every", "2", "--lrs", "3e-3") == 0
+    (first,) = read_lines(out / "results.jsonl")
+    assert first["steps"] == 10 and first["val_curve"][-1][0] == 10  # it ran to the ceiling
+    capsys.readouterr()
+    assert _compare(out, "--steps", "10", "--patience", "8", "--eval-every", "2", "--lrs", "3e-3") == 0
+    assert "1 of 1 runs carried over" in capsys.readouterr().out
+    lines = read_lines(out / "results.jsonl")
+    assert len(lines) == 2 and lines[1]["carried_from"] == first["key"]
+    assert lines[1]["patience"] == 8 and lines[1]["settings"]["patience"] == 8 and "patience=8" in lines[1]["key"]
+    summary = (out / "summary.md").read_text()
+    assert "stopping on a validation plateau of 8 steps" in summary
+    assert "1 earlier lines in results.jsonl were replaced by a later run" in summary
+    assert "," not in _row(summary, "lumen")[3].split("; ")[1]  # "mean; per-seed values": one seed, once
+    from slmlab.bench.compare_report import best_rows, latest_runs
+
+    (row,) = best_rows(latest_runs(lines)).values()
+    assert [r["key"] for r in row["runs"]] == [lines[1]["key"]]
+    assert len(best_rows(lines)[(TINY_TASK, "lumen")]["runs"]) == 2  # what reading every line did

@@ -18,7 +18,9 @@ batch, learning-rate grid and seeds, with one report (``docs/compare.md``).
    decode tokens/s (``slmlab.generation.generate``, batch 1, greedy, fixed context).
 4. **Record**: one line per run in ``<out>/results.jsonl`` (:data:`SCHEMA`), also for a run that
    failed (its error) or diverged (``status: "diverged"`` and the step); a rerun with the same ``out``
-   skips the runs already finished (complete or diverged) and retries failed ones. The report
+   skips the runs already finished (complete or diverged) and retries failed ones; under a longer
+   ``--patience`` it carries over the finished runs the shorter one did not stop
+   (:func:`slmlab.bench.convergence.carries_to`) instead of training them again. The report
    (:mod:`slmlab.bench.compare_report`: lr chosen on validation, seeds with an interval) is made from
    those lines only.
 """
@@ -526,10 +528,11 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.jsonl"
-    done = {line["key"] for line in read_lines(path) if finished(line)} if path.is_file() else set()
-    todo = [p for p in plans if p.key(settings) not in done]
+    kept = [line for line in read_lines(path) if finished(line)] if path.is_file() else []
+    todo = [p for p in plans if p.key(settings) not in {line["key"] for line in kept}]
     if len(todo) < len(plans):
         log(f"{len(plans) - len(todo)} of {len(plans)} runs already in {path}: skipped")
+    todo = _carry_over(settings, todo, kept, path, log)
     spent: list[float] = []
     for i, plan in enumerate(todo, 1):
         eta = "unknown" if not spent else f"~{sum(spent) / len(spent) * (len(todo) - i + 1) / 60:.1f} min"
@@ -568,6 +571,27 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
     timing["reporting_s"] = time.perf_counter() - t2
     timing["runs_s"] -= timing["measuring_s"]  # the measures are compare's own work, not the runs'
     return {"lines": lines, "written": written, "timing": timing}
+
+
+def _carry_over(settings: CompareSettings, todo: list[ComparePlan], lines: list[dict], path: Path, log) -> list[ComparePlan]:
+    """Append, for each plan of ``todo`` whose run a finished line holds under a shorter patience that did
+    not stop it (:func:`slmlab.bench.convergence.carries_to`), that line under the plan's key and these
+    settings; returns the plans still to run."""
+    from .convergence import carried
+
+    found = carried(todo, lines, lambda plan, p: plan.key(dataclasses.replace(settings, patience=p)),
+                    lambda plan: settings.plateau)
+    if not found:
+        return todo
+    with path.open("a") as f:
+        for plan, line in found:
+            line = {**line, "key": plan.key(settings), "patience": settings.plateau,
+                    "settings": _settings_record(settings), "carried_from": line["key"]}
+            f.write(dumps_finite(line, default=_json_default) + "\n")
+    log(f"{len(found)} of {len(todo)} runs carried over from a shorter patience that did not stop them (the same"
+        " run step for step; carried_from names each one's line): not trained again")
+    done = {id(plan) for plan, _ in found}
+    return [plan for plan in todo if id(plan) not in done]
 
 
 def rebuild_report(folder: str | Path) -> list[Path]:

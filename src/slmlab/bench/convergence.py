@@ -132,6 +132,37 @@ def stopped_on_plateau(stop_reason: str) -> bool:
     return str(stop_reason).startswith(PLATEAU)
 
 
+def carries_to(line: dict, patience: int) -> bool:
+    """Whether the finished run of ``line`` is, step for step, the run a longer ``patience`` makes (0: no
+    plateau stop, the longest), so a rerun takes it instead of training again.
+
+    The rule is monotone in its window: a plateau read over ``W`` steps is also one over any ``W' <= W``
+    (the points before the window are fewer, their best no better), so a run the plateau did not stop
+    under ``line["patience"]`` is not stopped under a longer one either; it ends where it ended (the step
+    ceiling, the solved threshold, a divergence) with the same curve and weights. A run that stopped on a
+    plateau, or that ran without a plateau stop (a patience may stop it sooner), is not carried."""
+    before = int(line.get("patience") or 0)
+    if before <= 0 or before == patience or 0 < patience < before:
+        return False
+    return not stopped_on_plateau(line.get("stop_reason") or "")
+
+
+def carried(todo: list, lines: list[dict], key_under, patience_of) -> list[tuple[object, dict]]:
+    """``[(plan, line)]``: each plan of ``todo`` whose run a finished line holds under a shorter patience
+    (:func:`carries_to`). ``key_under(plan, p)`` is the plan's key under patience ``p``, ``patience_of(plan)``
+    its own patience; ``lines`` are the finished result lines (latest per key)."""
+    by_key = {line["key"]: line for line in lines}
+    patiences = sorted({int(line.get("patience") or 0) for line in lines} - {0}, reverse=True)
+    found = []
+    for plan in todo:
+        target = patience_of(plan)
+        source = next((by_key[k] for p in patiences if (k := key_under(plan, p)) in by_key
+                       and carries_to(by_key[k], target)), None)
+        if source is not None:
+            found.append((plan, source))
+    return found
+
+
 def row_word(judgements: list[Judgement]) -> str:
     """The word of a row over its seeds: unknown if any seed is, converged if every seed is, otherwise
     ``not converged (k of n seeds)``, with ``at the N-step ceiling`` added when every seed that is not

@@ -11,7 +11,9 @@ The budget is the plan's ``max_steps``; ``max_time`` is only a safety cap. Every
 ended (``complete``, ``stop``, ``diverged_step``): a run the cap stopped is ``"complete": false`` and no
 table shows it; a diverged run is recorded with its step and no test metrics. Ctrl-C (or SIGTERM)
 stops the whole tier and writes nothing for the run it cut short. A rerun with the same ``out`` skips
-the runs already finished (complete or diverged) and redoes the others.
+the runs already finished (complete or diverged) and redoes the others; under a longer ``patience`` it
+carries over the finished runs the shorter one did not stop (:func:`slmlab.bench.convergence.carries_to`)
+instead of training them again.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ..data.sources import TaskSource
 from ..data.tasks import parse_task_spec
 from ..evaluate.lm import evaluate_batches
 from ..outputs import dumps_finite
-from .convergence import attach, read_curve, stopped_on_plateau
+from .convergence import attach, carried, read_curve, stopped_on_plateau
 from .models import build_model, count_parameters, state_floats
 from .report import finished
 from .stats import bootstrap_ci, example_counts, metrics_from_counts
@@ -220,11 +222,14 @@ def run_plans(plans: list[RunPlan], tier: str, out_dir: str | Path, device: str 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.jsonl"
-    done = {line["key"] for line in read_results(path) if finished(line)} if path.is_file() else set()
-    todo = [p for p in plans if p.key not in done]
+    kept = {line["key"]: line for line in read_results(path)} if path.is_file() else {}
+    kept = {key: line for key, line in kept.items() if finished(line)}
+    todo = [p for p in plans if p.key not in kept]
     if len(todo) < len(plans):
         log(f"{len(plans) - len(todo)} of {len(plans)} runs already in {path}: skipped")
-    records, spent, steps = [], 0.0, 0
+    records = _carry_over(todo, list(kept.values()), tier, path, log)
+    todo = [p for p in todo if p.key not in {r["key"] for r in records}]
+    spent, steps = 0.0, 0
     for i, plan in enumerate(todo, 1):
         rest = todo[i - 1 :]
         caps = sum(p.max_time for p in rest) if all(p.max_time > 0 for p in rest) else math.inf
@@ -242,6 +247,20 @@ def run_plans(plans: list[RunPlan], tier: str, out_dir: str | Path, device: str 
     if incomplete:
         log(f"{len(incomplete)} of {len(records)} runs incomplete (stopped by the max_time safety cap): not"
             " results; rerun with the same --out and a larger --max-time (0 = no cap) to redo them")
+    return records
+
+
+def _carry_over(todo: list[RunPlan], lines: list[dict], tier: str, path: Path, log) -> list[dict]:
+    """Append, for each plan of ``todo`` whose run a finished line holds under a shorter patience that did not
+    stop it (:func:`slmlab.bench.convergence.carries_to`), that line under the plan's key; returns them."""
+    found = carried(todo, lines, lambda plan, p: dataclasses.replace(plan, patience=p).key, lambda plan: plan.patience)
+    records = [{**line, "key": plan.key, "tier": tier, "patience": plan.patience, "carried_from": line["key"]}
+               for plan, line in found]
+    if records:
+        with path.open("a") as f:
+            f.writelines(dumps_finite(r, default=_json_default) + "\n" for r in records)
+        log(f"{len(records)} of {len(todo)} runs carried over from a shorter patience that did not stop them"
+            " (the same run step for step; carried_from names each one's line): not trained again")
     return records
 
 
