@@ -25,7 +25,7 @@ def test_the_ablation_has_defaults_single_switches_and_all_at_once():
     configs = rows()
     plans = tier_plans(TIER)
     assert len(configs) == 19 and len(plans) == 57 and {p.seed for p in plans} == {0, 1, 2}
-    assert all(p.model == "neollm-200k" and p.task == "ar:cpu" and p.patience == 1000 and p.max_steps == 4000
+    assert all(p.model == "neollm-200k" and p.task == "ar:cpu" and p.patience == 2000 and p.max_steps == 4000
                for p in plans)
     assert configs[0] == {}
     built = NeoLLMConfig(**MODELS["neollm-200k"].config)  # the model every row switches from (tied, as compared)
