@@ -126,12 +126,14 @@ def _first(lines: list[dict], model: str) -> dict | None:
     return next((x for x in lines if x["model"] == model and x.get("status") == "ok"), None)
 
 
-def summary_markdown(lines: list[dict], plots: list[str] = (), replaced: int = 0) -> str:
+def summary_markdown(lines: list[dict], plots: list[str] = ()) -> str:
     """``summary.md``: settings, the fitted models with their memory, one table per data, and links
-    to ``plots`` (PNG file names in the same folder); ``replaced``: earlier lines a later run of the same
-    data, model, lr and seed replaced (:func:`latest_runs`), stated when there are any."""
+    to ``plots`` (PNG file names in the same folder). It reads the last line of each run
+    (:func:`latest_runs`) and says how many earlier lines that replaced, when any did."""
     if not lines:
         return "# slmlab compare\n\nNo runs recorded.\n"
+    runs = latest_runs(lines)
+    replaced, lines = len(lines) - len(runs), runs
     settings = lines[-1].get("settings", {})
     budget = lines[-1]["budget"]
     models, data = _order(lines, "model", "models"), _order(lines, "data", "data")
@@ -251,8 +253,9 @@ def _cell(text: str) -> str:
 
 
 def fitted_configs(lines: list[dict]) -> dict:
-    """``fitted_configs.json``: per family its fitted config, count, rule (or its fitting error)."""
-    out = {}
+    """``fitted_configs.json``: per family its fitted config, count, rule (or its fitting error), from the last
+    line of each run (:func:`latest_runs`)."""
+    lines, out = latest_runs(lines), {}
     for model in _order(lines, "model", "models"):
         out[model] = next(x["fit"] for x in lines if x["model"] == model)
     return {"budget": lines[-1]["budget"] if lines else None, "tied": lines[-1]["tied"] if lines else None,
@@ -280,11 +283,10 @@ def write_report(lines: list[dict], out_dir: str | Path) -> list[Path]:
     missing = matplotlib_missing()
     if missing:
         print(f"slmlab compare: plots not written: {missing}")
-    runs = latest_runs(lines)
-    plots = [] if missing else make_plots(runs, out)
+    plots = [] if missing else make_plots(lines, out)
     summary, configs = out / "summary.md", out / "fitted_configs.json"
-    summary.write_text(summary_markdown(runs, [p.name for p in plots], replaced=len(lines) - len(runs)))
-    configs.write_text(dumps_finite(fitted_configs(runs), indent=2) + "\n")
+    summary.write_text(summary_markdown(lines, [p.name for p in plots]))
+    configs.write_text(dumps_finite(fitted_configs(lines), indent=2) + "\n")
     return [summary, configs, *plots]
 
 
@@ -292,6 +294,7 @@ def make_plots(lines: list[dict], out: Path) -> list[Path]:
     from ..plots import pyplot
 
     plt = pyplot()
+    lines = latest_runs(lines)
     rows = best_rows(lines)
     models, data = _order(lines, "model", "models"), _order(lines, "data", "data")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
