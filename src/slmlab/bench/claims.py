@@ -374,7 +374,7 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in [
         "arXiv:2603.09078)",
         "a 2-layer NeoLLM at hidden 32 (every other switch at its default, Spelling Bee off: task ids are no text) "
         "on the multi-query T2 at T 16, 32, 64 (2, 6, 14 pairs), batch 32, each run to a validation plateau (patience "
-        "1,000 steps) or the solved threshold under a 4,000-step ceiling; the seed's size is the "
+        "2,000 steps) or the solved threshold under a 4,000-step ceiling; the seed's size is the "
         "gpu-claims tier",
         "the gain at the longest length and its growth from the shortest (a difference of differences) both with "
         "intervals above 0 (holds); either interval below 0 (refuted)",
