@@ -490,14 +490,10 @@ def measure(model, seq_len: int) -> dict:
 def read_lines(path: Path) -> list[dict]:
     """The result lines of ``<out>/results.jsonl`` (a later line for a key replaces an earlier one);
     ``ValueError`` for a damaged line or another schema."""
-    from .jsonl import read_result_lines
+    from .jsonl import last_written, read_result_lines
 
-    latest: dict[str, dict] = {}
-    for line in read_result_lines(path, SCHEMA, "comparison", "run `slmlab compare ... --out DIR` first",
-                                  "rerun the comparison into a new --out folder"):
-        latest.pop(line["key"], None)
-        latest[line["key"]] = line
-    return list(latest.values())
+    return last_written(read_result_lines(path, SCHEMA, "comparison", "run `slmlab compare ... --out DIR` first",
+                                          "rerun the comparison into a new --out folder"), lambda line: line["key"])
 
 
 def _json_default(value):
@@ -529,7 +525,8 @@ def run_compare(settings: CompareSettings, out: str | Path, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.jsonl"
     kept = [line for line in read_lines(path) if finished(line)] if path.is_file() else []
-    todo = [p for p in plans if p.key(settings) not in {line["key"] for line in kept}]
+    done = {line["key"] for line in kept}
+    todo = [p for p in plans if p.key(settings) not in done]
     if len(todo) < len(plans):
         log(f"{len(plans) - len(todo)} of {len(plans)} runs already in {path}: skipped")
     todo = _carry_over(settings, todo, kept, path, log)
@@ -577,7 +574,7 @@ def _carry_over(settings: CompareSettings, todo: list[ComparePlan], lines: list[
     """Append, for each plan of ``todo`` whose run a finished line holds under a shorter patience that did
     not stop it (:func:`slmlab.bench.convergence.carries_to`), that line under the plan's key and these
     settings; returns the plans still to run."""
-    from .convergence import carried
+    from .convergence import carried, carried_note
 
     found = carried(todo, lines, lambda plan, p: plan.key(dataclasses.replace(settings, patience=p)),
                     lambda plan: settings.plateau)
@@ -588,8 +585,7 @@ def _carry_over(settings: CompareSettings, todo: list[ComparePlan], lines: list[
             line = {**line, "key": plan.key(settings), "patience": settings.plateau,
                     "settings": _settings_record(settings), "carried_from": line["key"]}
             f.write(dumps_finite(line, default=_json_default) + "\n")
-    log(f"{len(found)} of {len(todo)} runs carried over from a shorter patience that did not stop them (the same"
-        " run step for step; carried_from names each one's line): not trained again")
+    log(carried_note(len(found), len(todo)))
     done = {id(plan) for plan, _ in found}
     return [plan for plan in todo if id(plan) not in done]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..outputs import dumps_finite
 from .convergence import line_judgement, row_word
+from .jsonl import last_written
 from .plots import LEARNING_CURVES, learning_curves
 from .report import CLAIM_SEEDS, CONVERGENCE_NOTE
 from .stats import seed_example_ci, seed_summary
@@ -266,12 +267,7 @@ def latest_runs(lines: list[dict]) -> list[dict]:
     """One line per run (data, model, lr, seed), the last one written: a rerun of the comparison under another
     budget (a longer patience, more steps) into the same folder replaces the earlier lines in the report, so a
     seed is never counted twice; the earlier lines stay in ``results.jsonl``."""
-    by_run: dict[tuple, dict] = {}
-    for line in lines:
-        run = (line.get("data"), line.get("model"), line.get("lr"), line.get("seed"))
-        by_run.pop(run, None)
-        by_run[run] = line
-    return list(by_run.values())
+    return last_written(lines, lambda line: (line.get("data"), line.get("model"), line.get("lr"), line.get("seed")))
 
 
 def write_report(lines: list[dict], out_dir: str | Path) -> list[Path]:

@@ -163,6 +163,12 @@ def carried(todo: list, lines: list[dict], key_under, patience_of) -> list[tuple
     return found
 
 
+def carried_note(carried: int, todo: int) -> str:
+    """The line ``bench run`` and ``compare`` print when they carry runs over."""
+    return (f"{carried} of {todo} runs carried over from a shorter patience that did not stop them (the same run step"
+            " for step; carried_from names each one's line): not trained again")
+
+
 def row_word(judgements: list[Judgement]) -> str:
     """The word of a row over its seeds: unknown if any seed is, converged if every seed is, otherwise
     ``not converged (k of n seeds)``, with ``at the N-step ceiling`` added when every seed that is not

@@ -32,3 +32,12 @@ def read_result_lines(path: Path, schema: str, what: str, missing_hint: str, sch
             raise ValueError(f"{path}:{number} has schema {got!r}, this slmlab reads {schema!r}; {schema_hint}")
         lines.append(line)
     return lines
+
+
+def last_written(lines: list[dict], identity) -> list[dict]:
+    """One line per ``identity(line)``, the last one written, in the order of those last lines."""
+    by_id: dict = {}
+    for line in lines:
+        by_id.pop(identity(line), None)
+        by_id[identity(line)] = line
+    return list(by_id.values())

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 from .anchors import Anchor
 from .convergence import ACC_TOL, LOSS_TOL, line_judgement, row_word
+from .jsonl import last_written
 from .stats import seed_example_ci, seed_summary
 
 CONFIG_KEYS = ("task", "task_spec", "model", "model_config", "d_model")
@@ -57,11 +58,7 @@ def latest(lines: list[dict]) -> list[dict]:
     """One line per run (:func:`run_identity`), the last one written: a redone run replaces its incomplete
     attempt, and a rerun under another budget (a longer patience, more steps) replaces the earlier line in
     every table and plot, so one seed is never counted twice; the earlier line stays in ``results.jsonl``."""
-    by_run: dict[tuple, dict] = {}
-    for line in lines:
-        by_run.pop(run_identity(line), None)
-        by_run[run_identity(line)] = line
-    return list(by_run.values())
+    return last_written(lines, run_identity)
 
 
 def best_of_lr(lines: list[dict]) -> list[dict]:

@@ -32,7 +32,7 @@ from ..data.sources import TaskSource
 from ..data.tasks import parse_task_spec
 from ..evaluate.lm import evaluate_batches
 from ..outputs import dumps_finite
-from .convergence import attach, carried, read_curve, stopped_on_plateau
+from .convergence import attach, carried, carried_note, read_curve, stopped_on_plateau
 from .models import build_model, count_parameters, state_floats
 from .report import finished
 from .stats import bootstrap_ci, example_counts, metrics_from_counts
@@ -222,13 +222,13 @@ def run_plans(plans: list[RunPlan], tier: str, out_dir: str | Path, device: str 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.jsonl"
-    kept = {line["key"]: line for line in read_results(path)} if path.is_file() else {}
-    kept = {key: line for key, line in kept.items() if finished(line)}
+    kept = {line["key"]: line for line in read_results(path) if finished(line)} if path.is_file() else {}
     todo = [p for p in plans if p.key not in kept]
     if len(todo) < len(plans):
         log(f"{len(plans) - len(todo)} of {len(plans)} runs already in {path}: skipped")
     records = _carry_over(todo, list(kept.values()), tier, path, log)
-    todo = [p for p in todo if p.key not in {r["key"] for r in records}]
+    taken = {r["key"] for r in records}
+    todo = [p for p in todo if p.key not in taken]
     spent, steps = 0.0, 0
     for i, plan in enumerate(todo, 1):
         rest = todo[i - 1 :]
@@ -259,8 +259,7 @@ def _carry_over(todo: list[RunPlan], lines: list[dict], tier: str, path: Path, l
     if records:
         with path.open("a") as f:
             f.writelines(dumps_finite(r, default=_json_default) + "\n" for r in records)
-        log(f"{len(records)} of {len(todo)} runs carried over from a shorter patience that did not stop them"
-            " (the same run step for step; carried_from names each one's line): not trained again")
+        log(carried_note(len(records), len(todo)))
     return records
 
 
