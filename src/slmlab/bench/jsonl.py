@@ -38,6 +38,7 @@ def last_written(lines: list[dict], identity) -> list[dict]:
     """One line per ``identity(line)``, the last one written, in the order of those last lines."""
     by_id: dict = {}
     for line in lines:
-        by_id.pop(identity(line), None)
-        by_id[identity(line)] = line
+        key = identity(line)
+        by_id.pop(key, None)
+        by_id[key] = line
     return list(by_id.values())
